@@ -1,0 +1,823 @@
+// Package partition is groupd's data plane: a durable, append-only log of
+// record batches for one topic partition.
+//
+// A Log lives in its own directory as a sequence of segment files named
+// after the offset of their first record ("00000000000000000000.log"), each
+// with a sparse index ("….index") of batch offset → file position plus the
+// running maximum timestamp, used by reads and by timestamp lookups.
+// Batches are stored byte for byte as the producer sent them; only the base
+// offset (and the partition leader epoch, set to 0) are patched, both
+// outside the CRC, so fetches can return stored bytes unchanged.
+//
+// Appends are serialized; reads run concurrently with them and never see a
+// batch before it is completely written: the high watermark and segment
+// sizes are published only after the bytes are in the file. Reads use
+// pread on the segment files, so memory does not grow with stored data.
+//
+// On Open the active (last) segment is scanned and CRC-checked and any torn
+// or corrupt tail is truncated; older segments are checked at the header
+// level. Idempotent-producer state is rebuilt from batch headers at the same
+// time.
+package partition
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/groupd/groupd/internal/batch"
+)
+
+// Errors returned by Log methods. Batch validation failures wrap the
+// sentinel errors of package batch (ErrCorrupt, ErrUnsupportedMagic,
+// ErrInvalidRecord, ErrUnsupportedCompression).
+var (
+	// ErrOffsetOutOfRange: Kafka's OFFSET_OUT_OF_RANGE.
+	ErrOffsetOutOfRange = errors.New("offset out of range")
+	// ErrOutOfOrderSequence: Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER.
+	ErrOutOfOrderSequence = errors.New("out of order sequence number")
+	// ErrInvalidProducerEpoch: Kafka's INVALID_PRODUCER_EPOCH.
+	ErrInvalidProducerEpoch = errors.New("invalid producer epoch")
+	// ErrClosed is returned after Close or Delete.
+	ErrClosed = errors.New("partition log closed")
+	// ErrFailed is wrapped by every append after a write or fsync failed
+	// in a way that leaves the file state unknown; the log must be
+	// reopened (which recovers it).
+	ErrFailed = errors.New("partition log failed")
+)
+
+func errorf(sentinel error, format string, args ...any) error {
+	return fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))
+}
+
+// AppendResult describes a successful Append.
+type AppendResult struct {
+	// BaseOffset is the offset of the first record of the first batch;
+	// for a duplicate, the offset originally assigned to it.
+	BaseOffset int64
+	// LastOffset is the offset of the last record appended (or of the
+	// duplicate batch's last record).
+	LastOffset int64
+	// Duplicate is set when the call was a retry of batches already in
+	// the log (idempotent producer): nothing was written and Kafka
+	// answers success with the original offsets.
+	Duplicate bool
+	// LogAppendTime is -1: timestamps are the producer's (CreateTime).
+	LogAppendTime  int64
+	LogStartOffset int64
+}
+
+// Log is one partition's log. Its methods are safe for concurrent use.
+type Log struct {
+	dir  string
+	opts Options
+	log  *slog.Logger
+
+	// wmu serializes writers (Append, roll, Close). Held without mu while
+	// writing bytes so readers are not blocked by disk writes.
+	wmu       sync.Mutex
+	producers map[int64]*producerEntry // guarded by wmu
+	wbuf      []byte                   // guarded by wmu
+	failed    error                    // guarded by wmu
+
+	// mu guards the published state below.
+	mu     sync.RWMutex
+	segs   []*segment
+	waitCh chan struct{}
+	closed bool
+
+	hw    atomic.Int64 // next offset; single node, so high watermark == log end
+	start atomic.Int64
+	dirty atomic.Bool // appended since the last fsync
+
+	maxMu    sync.Mutex // guards maxCache
+	maxCache struct{ batchOffset, ts, offset int64 }
+
+	done     chan struct{}
+	syncerWG sync.WaitGroup
+}
+
+// tickerFor creates the ticker driving SyncInterval fsyncs; tests replace
+// it to drive the loop by hand.
+var tickerFor = func(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
+// Open opens or creates the log in dir, recovering it if it was not closed
+// cleanly. Recovery truncates a torn or corrupt tail of the last segment
+// (logging what was dropped), checks the headers of older segments
+// (truncating at the first bad one and dropping the segments after it, as
+// Kafka's recovery does past its checkpoint), rebuilds any missing or stale
+// index and replays producer state from batch headers.
+func Open(dir string, opts Options) (*Log, error) {
+	opts = opts.withDefaults()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	l := &Log{
+		dir:       dir,
+		opts:      opts,
+		log:       opts.Logger.With("dir", dir),
+		producers: make(map[int64]*producerEntry),
+		waitCh:    make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	l.maxCache.batchOffset = -1
+	if err := l.recover(); err != nil {
+		for _, s := range l.segs {
+			s.close()
+		}
+		return nil, err
+	}
+	l.start.Store(l.segs[0].base)
+	last := l.segs[len(l.segs)-1]
+	l.hw.Store(last.stats.next)
+	if opts.Sync == SyncInterval {
+		tick, stop := tickerFor(opts.SyncInterval)
+		l.syncerWG.Add(1)
+		go l.syncLoop(tick, stop)
+	}
+	return l, nil
+}
+
+func (l *Log) recover() error {
+	ents, err := os.ReadDir(l.dir)
+	if err != nil {
+		return err
+	}
+	var bases []int64
+	for _, e := range ents {
+		if b, ok := parseSegmentName(e.Name()); ok && e.Type().IsRegular() {
+			bases = append(bases, b)
+		}
+	}
+	slices.Sort(bases)
+	if len(bases) == 0 {
+		s, err := l.createSegment(0)
+		if err != nil {
+			return err
+		}
+		l.segs = []*segment{s}
+		return syncDir(l.dir)
+	}
+	interval := int64(l.opts.IndexIntervalBytes)
+	for i, base := range bases {
+		if len(l.segs) > 0 {
+			if prev := l.segs[len(l.segs)-1]; prev.stats.next != base {
+				l.log.Error("segment does not continue the log; dropping it and later segments",
+					"segment", base, "expected", prev.stats.next)
+				return l.dropSegments(bases[i:])
+			}
+		}
+		s, err := l.openSegment(base)
+		if err != nil {
+			return err
+		}
+		l.segs = append(l.segs, s)
+		fi, err := s.f.Stat()
+		if err != nil {
+			return err
+		}
+		active := i == len(bases)-1
+		res, err := scanSegment(s.f, base, fi.Size(), active, interval, l.replayProducer)
+		if err != nil {
+			return fmt.Errorf("scan segment %d: %w", base, err)
+		}
+		s.stats, s.entries = res.stats, res.entries
+		if res.bad != "" {
+			lvl := slog.LevelWarn
+			if !active {
+				lvl = slog.LevelError
+			}
+			l.log.Log(context.Background(), lvl, "truncating invalid segment tail", "segment", base,
+				"reason", res.bad, "valid_bytes", res.stats.size, "dropped_bytes", fi.Size()-res.stats.size)
+			if err := s.f.Truncate(res.stats.size); err != nil {
+				return err
+			}
+			if err := s.f.Sync(); err != nil {
+				return err
+			}
+		}
+		if err := l.reconcileIndex(s); err != nil {
+			return err
+		}
+		if res.bad != "" && !active {
+			return l.dropSegments(bases[i+1:])
+		}
+	}
+	return nil
+}
+
+// dropSegments removes the segment files with the given bases (used when an
+// earlier segment was cut short, so these no longer continue the log).
+func (l *Log) dropSegments(bases []int64) error {
+	for _, b := range bases {
+		for _, suf := range []string{logSuffix, indexSuffix} {
+			if err := os.Remove(segmentName(l.dir, b, suf)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return syncDir(l.dir)
+}
+
+// replayProducer rebuilds idempotent-producer state from one batch header.
+// Doing this from every header of every segment makes Open cost one pass
+// over all batch headers (a pread per 64 KiB window, bodies skipped when
+// batches are large); a producer-state snapshot written on Close would
+// avoid it and is the natural next step if partitions get big.
+func (l *Log) replayProducer(h batch.Header, _ int64) {
+	if h.ProducerID < 0 {
+		return
+	}
+	e := l.producers[h.ProducerID]
+	if e == nil {
+		e = &producerEntry{epoch: h.ProducerEpoch}
+		l.producers[h.ProducerID] = e
+	}
+	e.add(h, h.BaseOffset)
+}
+
+// reconcileIndex rewrites the segment's index file if it differs from the
+// index rebuilt by the scan (missing, stale, torn or written with another
+// IndexIntervalBytes).
+func (l *Log) reconcileIndex(s *segment) error {
+	want := encodeIndex(s.entries)
+	have, err := io.ReadAll(io.NewSectionReader(s.idx, 0, math.MaxInt64))
+	if err != nil {
+		return err
+	}
+	s.idxWritten = len(s.entries)
+	if bytes.Equal(have, want) {
+		return nil
+	}
+	l.log.Info("rebuilding segment index", "segment", s.base, "entries", len(s.entries))
+	if err := s.idx.Truncate(0); err != nil {
+		return err
+	}
+	if _, err := s.idx.WriteAt(want, 0); err != nil {
+		return err
+	}
+	return s.idx.Sync()
+}
+
+func (l *Log) openSegment(base int64) (*segment, error) {
+	f, err := os.OpenFile(segmentName(l.dir, base, logSuffix), os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := os.OpenFile(segmentName(l.dir, base, indexSuffix), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &segment{base: base, f: f, idx: idx, stats: newSegStats(base)}, nil
+}
+
+func (l *Log) createSegment(base int64) (*segment, error) {
+	f, err := os.OpenFile(segmentName(l.dir, base, logSuffix), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := os.OpenFile(segmentName(l.dir, base, indexSuffix), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &segment{base: base, f: f, idx: idx, stats: newSegStats(base)}, nil
+}
+
+func (s *segment) close() error {
+	err := s.f.Close()
+	if e := s.idx.Close(); err == nil {
+		err = e
+	}
+	return err
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Append validates batches (structure, CRC, magic v2, producer rules),
+// assigns them consecutive offsets and writes them with one write. The
+// caller's slices are not modified. Either all batches are appended or none
+// is. If any batch is a retry of one of its producer's last five batches,
+// nothing is written and the result carries that batch's original offsets
+// with Duplicate set, as Kafka does.
+func (l *Log) Append(batches [][]byte) (AppendResult, error) {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.isClosed() {
+		return AppendResult{}, ErrClosed
+	}
+	if l.failed != nil {
+		return AppendResult{}, fmt.Errorf("%w: %v", ErrFailed, l.failed)
+	}
+	if len(batches) == 0 {
+		return AppendResult{}, fmt.Errorf("%w: no batches", batch.ErrInvalidRecord)
+	}
+	res := AppendResult{LogAppendTime: -1, LogStartOffset: l.start.Load()}
+	headers := make([]batch.Header, len(batches))
+	var total int64
+	for i, b := range batches {
+		h, err := batch.Check(b)
+		if err == nil {
+			err = batch.VerifyCRC(b)
+		}
+		if err == nil {
+			err = batch.ValidateProduce(h)
+		}
+		if err != nil {
+			return AppendResult{}, fmt.Errorf("batch %d: %w", i, err)
+		}
+		headers[i] = h
+		total += h.Size()
+	}
+
+	// Producer checks run against copies so a rejected call leaves the
+	// state untouched.
+	next := l.hw.Load()
+	var pending map[int64]*producerEntry
+	for i, h := range headers {
+		base := next
+		next += int64(h.LastOffsetDelta) + 1
+		if h.ProducerID < 0 {
+			continue
+		}
+		e, ok := pending[h.ProducerID]
+		if !ok {
+			e = l.producers[h.ProducerID]
+		}
+		if dup, ok := e.findDuplicate(h); ok {
+			res.BaseOffset, res.LastOffset, res.Duplicate = dup.firstOffset, dup.lastOffset, true
+			return res, nil
+		}
+		if err := e.check(h); err != nil {
+			return AppendResult{}, fmt.Errorf("batch %d: %w", i, err)
+		}
+		if e == nil {
+			e = &producerEntry{epoch: h.ProducerEpoch}
+		} else if !ok {
+			e = e.clone()
+		}
+		e.add(h, base)
+		if pending == nil {
+			pending = make(map[int64]*producerEntry)
+		}
+		pending[h.ProducerID] = e
+	}
+
+	seg := l.active()
+	if seg.stats.size > 0 && seg.stats.size+total > l.opts.SegmentBytes {
+		var err error
+		if seg, err = l.roll(); err != nil {
+			return AppendResult{}, err
+		}
+	}
+
+	// Build the write: one buffer, offsets patched in the copy.
+	first := l.hw.Load()
+	buf := l.wbuf[:0]
+	stats := seg.stats
+	var newEntries []indexEntry
+	off := first
+	for i, b := range batches {
+		pos := stats.size
+		start := len(buf)
+		buf = append(buf, b...)
+		batch.SetBaseOffset(buf[start:], off)
+		batch.SetPartitionLeaderEpoch(buf[start:], 0)
+		h := headers[i]
+		h.BaseOffset = off
+		if e, ok := stats.add(h, pos, int64(l.opts.IndexIntervalBytes)); ok {
+			newEntries = append(newEntries, e)
+		}
+		off = h.LastOffset() + 1
+	}
+	if cap(buf) <= 4<<20 {
+		l.wbuf = buf // keep modest buffers for reuse, let huge ones go
+	}
+	if _, err := seg.f.WriteAt(buf, seg.stats.size); err != nil {
+		// Cut any partial write so the file matches the published size.
+		if terr := seg.f.Truncate(seg.stats.size); terr != nil {
+			l.failed = fmt.Errorf("write: %v; truncate: %v", err, terr)
+		}
+		return AppendResult{}, err
+	}
+	if l.opts.Sync == SyncAlways {
+		if err := seg.f.Sync(); err != nil {
+			// After a failed fsync the page cache state is unknown
+			// (the kernel may have dropped the dirty pages), so the log
+			// stops accepting writes, like Kafka taking the log dir
+			// offline.
+			l.failed = fmt.Errorf("fsync: %w", err)
+			return AppendResult{}, err
+		}
+	} else {
+		l.dirty.Store(true)
+	}
+	if len(newEntries) > 0 {
+		// The index is rebuilt on Open if stale, so a failed write here
+		// only costs a rebuild.
+		if _, err := seg.idx.WriteAt(encodeIndex(newEntries), int64(seg.idxWritten)*indexEntrySize); err != nil {
+			l.log.Warn("index write failed", "segment", seg.base, "err", err)
+		}
+		seg.idxWritten += len(newEntries)
+	}
+	for id, e := range pending {
+		l.producers[id] = e
+	}
+
+	// Publish: only now can readers see the new bytes.
+	l.mu.Lock()
+	seg.stats = stats
+	seg.entries = append(seg.entries, newEntries...)
+	l.hw.Store(off)
+	close(l.waitCh)
+	l.waitCh = make(chan struct{})
+	l.mu.Unlock()
+
+	res.BaseOffset, res.LastOffset = first, off-1
+	return res, nil
+}
+
+func (l *Log) isClosed() bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.closed
+}
+
+// active returns the last segment; callers hold wmu, which keeps the
+// segment list stable.
+func (l *Log) active() *segment { return l.segs[len(l.segs)-1] }
+
+// roll seals the active segment (fsync of data and index) and starts a new
+// one at the current log end. Caller holds wmu.
+func (l *Log) roll() (*segment, error) {
+	old := l.active()
+	if err := old.f.Sync(); err != nil {
+		l.failed = fmt.Errorf("fsync on roll: %w", err)
+		return nil, err
+	}
+	if err := old.idx.Sync(); err != nil {
+		l.log.Warn("index fsync failed", "segment", old.base, "err", err)
+	}
+	s, err := l.createSegment(old.stats.next)
+	if err != nil {
+		return nil, err
+	}
+	if err := syncDir(l.dir); err != nil {
+		s.close()
+		return nil, err
+	}
+	l.mu.Lock()
+	l.segs = append(l.segs, s)
+	l.mu.Unlock()
+	l.log.Debug("rolled segment", "segment", s.base)
+	return s, nil
+}
+
+// HighWatermark is the offset the next appended record will get. On a
+// single node every appended record is committed, so it is also the log
+// end offset.
+func (l *Log) HighWatermark() int64 { return l.hw.Load() }
+
+// LogStartOffset is the first offset still in the log.
+func (l *Log) LogStartOffset() int64 { return l.start.Load() }
+
+// Wait returns a channel closed by the next successful append (or by
+// Close), so a fetch at the log end can wait without polling. Take the
+// channel before checking HighWatermark to avoid missing an append.
+func (l *Log) Wait() <-chan struct{} {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.waitCh
+}
+
+// segView is a reader's snapshot of one segment.
+type segView struct {
+	base    int64
+	f       *os.File
+	stats   segStats
+	entries []indexEntry
+}
+
+func (s *segment) view() segView {
+	return segView{base: s.base, f: s.f, stats: s.stats, entries: s.entries}
+}
+
+// snapshot copies the published segment state. Entries are shared: the
+// writer only appends past the snapshot's length.
+func (l *Log) snapshot() ([]segView, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return nil, ErrClosed
+	}
+	out := make([]segView, len(l.segs))
+	for i, s := range l.segs {
+		out[i] = s.view()
+	}
+	return out, nil
+}
+
+func (l *Log) segmentFor(offset int64) (segView, bool, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return segView{}, false, ErrClosed
+	}
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base > offset }) - 1
+	if i < 0 {
+		return segView{}, false, nil
+	}
+	return l.segs[i].view(), true, nil
+}
+
+func readErr(err error) error {
+	if errors.Is(err, os.ErrClosed) {
+		return ErrClosed
+	}
+	return err
+}
+
+// findBatch returns the position and header of the batch containing offset
+// in segment v.
+func findBatch(v segView, offset int64) (int64, batch.Header, bool, error) {
+	sc := newScanner(v.f, v.stats.size)
+	for pos := lookup(v.entries, offset); pos+batch.HeaderLen <= v.stats.size; {
+		hb, err := sc.at(pos, batch.HeaderLen)
+		if err != nil {
+			return 0, batch.Header{}, false, readErr(err)
+		}
+		h, err := batch.ParseHeader(hb)
+		if err != nil {
+			return 0, batch.Header{}, false, fmt.Errorf("segment %d position %d: %w", v.base, pos, err)
+		}
+		if h.LastOffset() >= offset {
+			return pos, h, true, nil
+		}
+		pos += h.Size()
+	}
+	return 0, batch.Header{}, false, nil
+}
+
+// Read returns whole stored batches starting with the one containing
+// offset, at most maxBytes in total. If the first batch alone is larger
+// than maxBytes it is returned whole when minOneBatch is set (KIP-74) and
+// nothing is returned otherwise. Reads stay within one segment, so fewer
+// bytes than maxBytes may come back even if more data exists. The first
+// batch may start before offset; clients skip the records before it.
+// Reading at the high watermark returns an empty, non-nil slice; offsets
+// below LogStartOffset or above HighWatermark are ErrOffsetOutOfRange.
+func (l *Log) Read(offset int64, maxBytes int32, minOneBatch bool) ([]byte, error) {
+	hw, start := l.hw.Load(), l.start.Load()
+	if offset < start || offset > hw {
+		return nil, errorf(ErrOffsetOutOfRange, "offset %d not in [%d, %d]", offset, start, hw)
+	}
+	if offset == hw {
+		return []byte{}, nil
+	}
+	v, ok, err := l.segmentFor(offset)
+	if err != nil || !ok {
+		return []byte{}, err
+	}
+	pos, h, ok, err := findBatch(v, offset)
+	if err != nil || !ok {
+		return []byte{}, err
+	}
+	limit := max(int64(maxBytes), 0)
+	n := min(limit, v.stats.size-pos)
+	if h.Size() > limit {
+		if !minOneBatch {
+			return []byte{}, nil
+		}
+		n = h.Size()
+	}
+	buf := make([]byte, n)
+	if _, err := v.f.ReadAt(buf, pos); err != nil {
+		return nil, readErr(err)
+	}
+	// Cut after the last batch that fits whole.
+	end := int64(0)
+	for end+batch.LogOverhead <= n {
+		sz := batch.LogOverhead + int64(int32(beUint32(buf[end+8:])))
+		if sz < batch.HeaderLen || end+sz > n {
+			break
+		}
+		end += sz
+	}
+	return buf[:end], nil
+}
+
+func beUint32(b []byte) uint32 {
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+// OffsetForTimestamp implements ListOffsets by timestamp: the earliest
+// offset whose record timestamp is >= ts, and that record's timestamp. For
+// LogAppendTime batches every record has the batch MaxTimestamp. ok is
+// false if no record qualifies (Kafka then answers offset -1). The special
+// timestamps -1 (latest), -2 (earliest) and -3 (max) are the caller's:
+// HighWatermark, LogStartOffset and MaxTimestamp. Segments and index
+// entries are skipped by their maximum timestamps; candidate batches are
+// decoded (and decompressed) to find the exact record.
+func (l *Log) OffsetForTimestamp(ts int64) (offset, timestamp int64, ok bool, err error) {
+	views, err := l.snapshot()
+	if err != nil {
+		return -1, -1, false, err
+	}
+	for _, v := range views {
+		if v.stats.maxTSOffset < 0 || v.stats.maxTS < ts {
+			continue
+		}
+		// Start at the last index entry before which every batch is
+		// older than ts.
+		j := sort.Search(len(v.entries), func(i int) bool { return v.entries[i].maxTSBefore >= ts }) - 1
+		pos := int64(0)
+		if j >= 0 {
+			pos = v.entries[j].pos
+		}
+		sc := newScanner(v.f, v.stats.size)
+		for pos+batch.HeaderLen <= v.stats.size {
+			hb, err := sc.at(pos, batch.HeaderLen)
+			if err != nil {
+				return -1, -1, false, readErr(err)
+			}
+			h, err := batch.ParseHeader(hb)
+			if err != nil {
+				return -1, -1, false, err
+			}
+			if h.MaxTimestamp >= ts {
+				b, err := sc.at(pos, int(h.Size()))
+				if err != nil {
+					return -1, -1, false, readErr(err)
+				}
+				recs, err := batch.Records(b)
+				if err != nil {
+					return -1, -1, false, fmt.Errorf("offset %d: %w", h.BaseOffset, err)
+				}
+				for _, r := range recs {
+					if r.Timestamp >= ts {
+						return r.Offset, r.Timestamp, true, nil
+					}
+				}
+			}
+			pos += h.Size()
+		}
+	}
+	return -1, -1, false, nil
+}
+
+// MaxTimestamp returns the offset and timestamp of the record with the
+// largest timestamp (the first such record on ties), as ListOffsets with
+// timestamp -3 (MAX_TIMESTAMP) answers since Kafka 3.8; (-1, -1) for an
+// empty log. Batch MaxTimestamp headers are trusted to find the batch; the
+// exact record is found by decoding that batch once and cached. If that
+// batch cannot be read, its base offset is returned.
+func (l *Log) MaxTimestamp() (offset, ts int64) {
+	views, err := l.snapshot()
+	if err != nil {
+		return -1, -1
+	}
+	bo, ts := int64(-1), int64(math.MinInt64)
+	for _, v := range views {
+		if v.stats.maxTSOffset >= 0 && (bo < 0 || v.stats.maxTS > ts) {
+			bo, ts = v.stats.maxTSOffset, v.stats.maxTS
+		}
+	}
+	if bo < 0 {
+		return -1, -1
+	}
+	l.maxMu.Lock()
+	defer l.maxMu.Unlock()
+	if c := l.maxCache; c.batchOffset == bo && c.ts == ts {
+		return c.offset, ts
+	}
+	off, err := l.maxRecordOffset(bo, ts)
+	if err != nil {
+		l.log.Warn("max timestamp lookup failed", "batch_offset", bo, "err", err)
+		return bo, ts
+	}
+	l.maxCache.batchOffset, l.maxCache.ts, l.maxCache.offset = bo, ts, off
+	return off, ts
+}
+
+func (l *Log) maxRecordOffset(batchOffset, ts int64) (int64, error) {
+	v, ok, err := l.segmentFor(batchOffset)
+	if err != nil || !ok {
+		return 0, errors.Join(err, errors.New("segment not found"))
+	}
+	pos, h, ok, err := findBatch(v, batchOffset)
+	if err != nil || !ok {
+		return 0, errors.Join(err, errors.New("batch not found"))
+	}
+	b := make([]byte, h.Size())
+	if _, err := v.f.ReadAt(b, pos); err != nil {
+		return 0, err
+	}
+	recs, err := batch.Records(b)
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range recs {
+		if r.Timestamp >= ts {
+			return r.Offset, nil
+		}
+	}
+	return h.BaseOffset, nil
+}
+
+// Sync fsyncs the active segment if anything was appended since the last
+// fsync. Earlier segments were fsynced when they were rolled.
+func (l *Log) Sync() error {
+	if !l.dirty.Swap(false) {
+		return nil
+	}
+	l.mu.RLock()
+	closed := l.closed
+	f := l.segs[len(l.segs)-1].f
+	l.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	if err := f.Sync(); err != nil {
+		l.dirty.Store(true)
+		return readErr(err)
+	}
+	return nil
+}
+
+func (l *Log) syncLoop(tick <-chan time.Time, stop func()) {
+	defer l.syncerWG.Done()
+	defer stop()
+	for {
+		select {
+		case <-tick:
+			if err := l.Sync(); err != nil && !errors.Is(err, ErrClosed) {
+				l.log.Error("background fsync failed", "err", err)
+			}
+		case <-l.done:
+			return
+		}
+	}
+}
+
+// Close waits for an in-flight append, fsyncs the active segment and its
+// index and closes all files. Waiters on Wait are released. Further calls
+// return ErrClosed (Close itself is idempotent).
+func (l *Log) Close() error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	close(l.waitCh)
+	l.mu.Unlock()
+	close(l.done)
+	l.syncerWG.Wait()
+
+	var errs []error
+	act := l.active()
+	if err := act.f.Sync(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := act.idx.Sync(); err != nil {
+		errs = append(errs, err)
+	}
+	for _, s := range l.segs {
+		if err := s.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Delete closes the log and removes its directory, for topic deletion.
+func (l *Log) Delete() error {
+	err := l.Close()
+	return errors.Join(err, os.RemoveAll(l.dir))
+}
+
+// Dir is the log's directory.
+func (l *Log) Dir() string { return l.dir }
