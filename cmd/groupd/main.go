@@ -1,0 +1,119 @@
+// Command groupd runs a Kafka-compatible broker. With no arguments it
+// serves on 127.0.0.1:9092 with its data under ./groupd-data.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/groupd/groupd/internal/app"
+	"github.com/groupd/groupd/internal/partition"
+)
+
+func main() {
+	if err := rootCmd().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func rootCmd() *cobra.Command {
+	serve := serveCmd()
+	root := &cobra.Command{
+		Use:           "groupd",
+		Short:         "A Kafka-compatible broker built around the consumer-group coordinator",
+		SilenceUsage:  true,
+		SilenceErrors: false,
+		// Running groupd bare serves with the defaults.
+		RunE: serve.RunE,
+	}
+	root.Flags().AddFlagSet(serve.Flags())
+	root.AddCommand(serve)
+	return root
+}
+
+func serveCmd() *cobra.Command {
+	var (
+		cfg       app.Config
+		advertise string
+		logLevel  string
+		fsync     string
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the Kafka protocol",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			pol, err := partition.ParseSyncPolicy(fsync)
+			if err != nil {
+				return fmt.Errorf("--fsync: %w", err)
+			}
+			cfg.Log.Sync = pol
+			cfg.Logger = log
+			if advertise != "" {
+				host, port, err := splitHostPort(advertise)
+				if err != nil {
+					return fmt.Errorf("--advertise: %w", err)
+				}
+				cfg.AdvertiseHost, cfg.AdvertisePort = host, port
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			a, err := app.Start(cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "groupd listening on %s (advertised as %s), data in %s\n", a.Addr(), a.Advertised(), cfg.DataDir)
+			select {
+			case <-ctx.Done():
+				log.Info("shutting down")
+			case err := <-a.Done():
+				if err != nil && !errors.Is(err, app.ErrStopped) {
+					a.Close(context.Background())
+					return err
+				}
+			}
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			return a.Close(sctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:9092", "address to accept Kafka connections on (HOST:PORT; port 0 picks a free port)")
+	f.StringVar(&advertise, "advertise", "", "HOST:PORT that Metadata tells clients (default: the listen address)")
+	f.StringVar(&cfg.DataDir, "data-dir", "./groupd-data", "directory for partition logs and metadata")
+	f.BoolVar(&cfg.AutoCreateTopics, "auto-create-topics", true, "create topics that Metadata requests name, when the request allows it")
+	f.Int32Var(&cfg.DefaultPartitions, "default-partitions", 1, "partition count of auto-created topics and of CreateTopics without a count")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.Int32Var(&cfg.MaxRequestBytes, "max-request-bytes", 100<<20, "largest request frame accepted; larger frames close the connection")
+	f.StringVar(&fsync, "fsync", "always", "when partition logs are fsynced: always (before a produce is acknowledged), interval (every --fsync-interval), never (left to the OS)")
+	f.DurationVar(&cfg.Log.SyncInterval, "fsync-interval", time.Second, "fsync period for --fsync=interval")
+	f.Int64Var(&cfg.Log.SegmentBytes, "segment-bytes", 256<<20, "roll a partition's segment file after this many bytes")
+	return cmd
+}
+
+func splitHostPort(s string) (string, int32, error) {
+	host, ps, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil {
+		return "", 0, fmt.Errorf("port %q: %w", ps, err)
+	}
+	return host, int32(port), nil
+}

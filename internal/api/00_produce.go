@@ -1,0 +1,129 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/groupd/groupd/internal/batch"
+	"github.com/groupd/groupd/internal/broker"
+	"github.com/groupd/groupd/internal/partition"
+	"github.com/groupd/groupd/internal/server"
+)
+
+// Produce v0–v2 carry message formats v0/v1, which groupd does not store;
+// Kafka 4 also starts at v3.
+func init() { register(kmsg.Produce, 3, 13, (*Handler).produce) }
+
+func (h *Handler) produce(_ context.Context, r *server.Request) (kmsg.Response, error) {
+	req := r.Msg.(*kmsg.ProduceRequest)
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+
+	acksOK := req.Acks == 0 || req.Acks == 1 || req.Acks == -1
+	for _, rt := range req.Topics {
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		t, topicErr := h.produceTopic(req.Version, rt)
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = -1, -1, -1
+			var err error
+			switch {
+			case !acksOK:
+				err = kerr.InvalidRequiredAcks
+			case req.TransactionID != nil:
+				// Transactions are not served; producers only get
+				// here if they ignore that AddPartitionsToTxn is not
+				// advertised.
+				err = kerr.TransactionalIDAuthorizationFailed
+			case topicErr != nil:
+				err = topicErr
+			default:
+				err = h.producePartition(t, rp, &sp)
+			}
+			if err != nil {
+				sp.ErrorCode = produceErrCode(err)
+				if req.Version >= 8 {
+					sp.ErrorMessage = errMessage(err)
+				}
+				h.log.Debug("produce rejected", "topic", rt.Topic, "partition", rp.Partition, "err", err)
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	if req.Acks == 0 {
+		// The client reads no reply; errors only reach the log.
+		return nil, nil
+	}
+	return resp, nil
+}
+
+func (h *Handler) produceTopic(version int16, rt kmsg.ProduceRequestTopic) (*broker.Topic, error) {
+	if version >= 13 {
+		if t, ok := h.b.TopicByID(rt.TopicID); ok {
+			return t, nil
+		}
+		return nil, kerr.UnknownTopicID
+	}
+	if err := broker.ValidateTopicName(rt.Topic); err != nil {
+		return nil, err
+	}
+	if t, ok := h.b.Topic(rt.Topic); ok {
+		return t, nil
+	}
+	return nil, kerr.UnknownTopicOrPartition
+}
+
+func (h *Handler) producePartition(t *broker.Topic, rp kmsg.ProduceRequestTopicPartition, sp *kmsg.ProduceResponseTopicPartition) error {
+	l := t.Partition(rp.Partition)
+	if l == nil {
+		return kerr.UnknownTopicOrPartition
+	}
+	batches, err := batch.Split(rp.Records)
+	if err != nil {
+		return err
+	}
+	// Since Produce v3 Kafka takes exactly one batch per partition, so a
+	// producer's batch is the unit of idempotent deduplication.
+	if len(batches) != 1 {
+		return fmt.Errorf("%w: %d batches for one partition; exactly one is allowed", batch.ErrInvalidRecord, len(batches))
+	}
+	for _, b := range batches {
+		if hd, err := batch.ParseHeader(b); err == nil && batch.IsTransactional(hd.Attributes) {
+			return kerr.TransactionalIDAuthorizationFailed
+		}
+	}
+	res, err := l.Append(batches)
+	if err != nil {
+		return err
+	}
+	sp.BaseOffset = res.BaseOffset
+	sp.LogStartOffset = l.LogStartOffset()
+	return nil
+}
+
+// produceErrCode maps append failures to the codes a Kafka broker sends.
+func produceErrCode(err error) int16 {
+	switch {
+	case errors.Is(err, batch.ErrCorrupt):
+		return kerr.CorruptMessage.Code
+	case errors.Is(err, batch.ErrUnsupportedMagic):
+		return kerr.InvalidRecord.Code
+	case errors.Is(err, batch.ErrInvalidRecord):
+		return kerr.InvalidRecord.Code
+	case errors.Is(err, batch.ErrUnsupportedCompression):
+		return kerr.UnsupportedCompressionType.Code
+	case errors.Is(err, partition.ErrOutOfOrderSequence):
+		return kerr.OutOfOrderSequenceNumber.Code
+	case errors.Is(err, partition.ErrInvalidProducerEpoch):
+		return kerr.InvalidProducerEpoch.Code
+	case errors.Is(err, partition.ErrClosed):
+		return kerr.UnknownTopicOrPartition.Code
+	}
+	return errCode(err)
+}

@@ -1,0 +1,100 @@
+// Package api turns Kafka requests into calls on the broker and answers
+// with Kafka responses. One file per API key registers the versions it
+// serves beside its handler; that single table feeds ApiVersions and the
+// server's version check, so nothing is advertised that is not handled.
+package api
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/groupd/groupd/internal/broker"
+	"github.com/groupd/groupd/internal/server"
+)
+
+// Handler serves the API keys in the version table.
+type Handler struct {
+	b   *broker.Broker
+	log *slog.Logger
+	// advertised is the host and port Metadata gives clients.
+	host string
+	port int32
+}
+
+// New returns a Handler over b that advertises host:port in Metadata.
+func New(b *broker.Broker, host string, port int32, log *slog.Logger) *Handler {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Handler{b: b, log: log, host: host, port: port}
+}
+
+type handlerFunc func(h *Handler, ctx context.Context, r *server.Request) (kmsg.Response, error)
+
+// VersionRange is the range of versions served for one API key.
+type VersionRange struct {
+	Key      int16
+	Min, Max int16
+}
+
+type entry struct {
+	VersionRange
+	fn handlerFunc
+}
+
+var table = map[int16]entry{}
+
+// register is called from each API file's init: its version range sits
+// beside its handler.
+func register(key kmsg.Key, min, max int16, fn handlerFunc) {
+	k := int16(key)
+	if _, dup := table[k]; dup {
+		panic(fmt.Sprintf("api key %d registered twice", k))
+	}
+	if req := kmsg.RequestForKey(k); req == nil || max > req.MaxVersion() || min < 0 || min > max {
+		panic(fmt.Sprintf("api key %d: bad version range %d..%d", k, min, max))
+	}
+	table[k] = entry{VersionRange{k, min, max}, fn}
+}
+
+// Versions returns the supported version table sorted by key.
+func Versions() []VersionRange {
+	vs := make([]VersionRange, 0, len(table))
+	for _, e := range table {
+		vs = append(vs, e.VersionRange)
+	}
+	slices.SortFunc(vs, func(a, b VersionRange) int { return int(a.Key) - int(b.Key) })
+	return vs
+}
+
+// Supports reports whether key and version are in the table.
+func (h *Handler) Supports(key, version int16) bool {
+	e, ok := table[key]
+	return ok && version >= e.Min && version <= e.Max
+}
+
+// Handle dispatches one request to its API's handler.
+func (h *Handler) Handle(ctx context.Context, r *server.Request) (kmsg.Response, error) {
+	e, ok := table[r.Header.Key]
+	if !ok {
+		return nil, fmt.Errorf("unsupported api key %d", r.Header.Key)
+	}
+	return e.fn(h, ctx, r)
+}
+
+// errCode is the Kafka error code for err: a *kerr.Error keeps its code,
+// anything else is an internal failure the client may retry.
+func errCode(err error) int16 {
+	if err == nil {
+		return 0
+	}
+	var ke *kerrError
+	if asKerr(err, &ke) {
+		return ke.Code
+	}
+	return unknownServerError
+}

@@ -1,0 +1,109 @@
+// Package app assembles a running groupd from its configuration: it opens
+// the broker's data, binds the listener and starts the server. The command
+// and the end-to-end tests start groupd the same way through it.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+
+	"github.com/groupd/groupd/internal/api"
+	"github.com/groupd/groupd/internal/broker"
+	"github.com/groupd/groupd/internal/partition"
+	"github.com/groupd/groupd/internal/server"
+)
+
+// Config is everything needed to run groupd.
+type Config struct {
+	Listen string
+	// AdvertiseHost and AdvertisePort are what Metadata tells clients;
+	// empty means the listen address, with port 0 resolved.
+	AdvertiseHost     string
+	AdvertisePort     int32
+	DataDir           string
+	AutoCreateTopics  bool
+	DefaultPartitions int32
+	MaxRequestBytes   int32
+	Log               partition.Options
+	Logger            *slog.Logger
+}
+
+// ErrStopped is reported by Done after Close.
+var ErrStopped = server.ErrServerClosed
+
+// App is a running groupd.
+type App struct {
+	broker *broker.Broker
+	srv    *server.Server
+	ln     net.Listener
+	adv    string
+	done   chan error
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start opens the data directory and starts serving. It returns once the
+// listener accepts connections.
+func Start(cfg Config) (*App, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	b, err := broker.Open(broker.Config{
+		DataDir:           cfg.DataDir,
+		AutoCreateTopics:  cfg.AutoCreateTopics,
+		DefaultPartitions: cfg.DefaultPartitions,
+		Log:               cfg.Log,
+		Logger:            cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("opening data directory %s: %w", cfg.DataDir, err)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	host, port := cfg.AdvertiseHost, cfg.AdvertisePort
+	if host == "" {
+		tcp := ln.Addr().(*net.TCPAddr)
+		host, port = tcp.IP.String(), int32(tcp.Port)
+		if tcp.IP.IsUnspecified() {
+			host = "127.0.0.1"
+		}
+	}
+	srv := server.New(server.Config{
+		MaxRequestBytes: cfg.MaxRequestBytes,
+		Handler:         api.New(b, host, port, cfg.Logger),
+		Logger:          cfg.Logger,
+	})
+	a := &App{broker: b, srv: srv, ln: ln, adv: net.JoinHostPort(host, strconv.Itoa(int(port))), done: make(chan error, 1)}
+	go func() { a.done <- srv.Serve(ln) }()
+	return a, nil
+}
+
+// Addr is the address the listener is bound to.
+func (a *App) Addr() string { return a.ln.Addr().String() }
+
+// Advertised is the address Metadata gives clients.
+func (a *App) Advertised() string { return a.adv }
+
+// Done reports the server's end: ErrStopped after Close, or the error that
+// stopped it.
+func (a *App) Done() <-chan error { return a.done }
+
+// Close stops accepting, lets in-flight requests finish (until ctx ends),
+// then flushes and closes the data.
+// Calling it again returns the first call's result.
+func (a *App) Close(ctx context.Context) error {
+	a.closeOnce.Do(func() {
+		err := a.srv.Shutdown(ctx)
+		a.closeErr = errors.Join(err, a.broker.Close())
+	})
+	return a.closeErr
+}
