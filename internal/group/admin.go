@@ -1,0 +1,135 @@
+package group
+
+import (
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func (m *Machine) describeGroups(r Request, req *kmsg.DescribeGroupsRequest) {
+	resp := kmsg.NewPtrDescribeGroupsResponse()
+	resp.Version = req.Version
+	defer m.reply(r.ID, resp)
+	for _, id := range req.Groups {
+		dg := kmsg.NewDescribeGroupsResponseGroup()
+		dg.Group = id
+		dg.AuthorizedOperations = -2147483648
+		g := m.groups[id]
+		if g == nil {
+			dg.State = Dead.String()
+			if req.Version >= 6 {
+				// KIP-1043: unknown groups are an error from v6.
+				dg.ErrorCode = errGroupIDNotFound
+			}
+			resp.Groups = append(resp.Groups, dg)
+			continue
+		}
+		dg.State = g.state.String()
+		dg.ProtocolType = g.protocolType
+		if g.state == Stable {
+			dg.Protocol = g.protocol
+		}
+		for _, mem := range g.sortedMembers() {
+			dm := kmsg.NewDescribeGroupsResponseGroupMember()
+			dm.MemberID = mem.id
+			dm.InstanceID = optStr(mem.instanceID)
+			dm.ClientID = mem.clientID
+			dm.ClientHost = mem.clientHost
+			// Metadata and assignment are only meaningful once Stable.
+			if g.state == Stable {
+				dm.ProtocolMetadata = mem.metadataFor(g.protocol)
+				dm.MemberAssignment = mem.assignment
+			}
+			dg.Members = append(dg.Members, dm)
+		}
+		resp.Groups = append(resp.Groups, dg)
+	}
+}
+
+func (m *Machine) listGroups(r Request, req *kmsg.ListGroupsRequest) {
+	resp := kmsg.NewPtrListGroupsResponse()
+	resp.Version = req.Version
+	defer m.reply(r.ID, resp)
+	states := map[string]bool{}
+	for _, s := range req.StatesFilter {
+		states[strings.ToLower(s)] = true
+	}
+	typeOK := len(req.TypesFilter) == 0
+	for _, t := range req.TypesFilter {
+		if strings.EqualFold(t, "classic") {
+			typeOK = true
+		}
+	}
+	if !typeOK {
+		return
+	}
+	for _, id := range m.Groups() {
+		g := m.groups[id]
+		if len(states) > 0 && !states[strings.ToLower(g.state.String())] {
+			continue
+		}
+		lg := kmsg.NewListGroupsResponseGroup()
+		lg.Group = id
+		lg.ProtocolType = g.protocolType
+		lg.GroupState = g.state.String()
+		lg.GroupType = "classic"
+		resp.Groups = append(resp.Groups, lg)
+	}
+}
+
+func (m *Machine) deleteGroups(r Request, req *kmsg.DeleteGroupsRequest) {
+	resp := kmsg.NewPtrDeleteGroupsResponse()
+	resp.Version = req.Version
+	defer m.reply(r.ID, resp)
+	for _, id := range req.Groups {
+		dg := kmsg.NewDeleteGroupsResponseGroup()
+		dg.Group = id
+		g := m.groups[id]
+		switch {
+		case g == nil || g.state == Dead:
+			dg.ErrorCode = errGroupIDNotFound
+		case g.state != Empty:
+			dg.ErrorCode = errNonEmptyGroup
+		default:
+			for _, tp := range g.sortedOffsets() {
+				m.record(offsetRecord(id, tp.topic, tp.partition, nil))
+			}
+			m.record(Record{Type: RecordGroupMetadata, Group: id})
+			m.removeGroup(g)
+		}
+		resp.Groups = append(resp.Groups, dg)
+	}
+}
+
+func (m *Machine) offsetDelete(r Request, req *kmsg.OffsetDeleteRequest) {
+	resp := kmsg.NewPtrOffsetDeleteResponse()
+	resp.Version = req.Version
+	defer m.reply(r.ID, resp)
+	g := m.groups[req.Group]
+	switch {
+	case g == nil || g.state == Dead:
+		resp.ErrorCode = errGroupIDNotFound
+		return
+	case g.state != Empty && g.protocolType != consumerProtocolType:
+		resp.ErrorCode = errNonEmptyGroup
+		return
+	}
+	for _, t := range req.Topics {
+		rt := kmsg.NewOffsetDeleteResponseTopic()
+		rt.Topic = t.Topic
+		subscribed := g.isSubscribedToTopic(t.Topic)
+		for _, p := range t.Partitions {
+			rp := kmsg.NewOffsetDeleteResponseTopicPartition()
+			rp.Partition = p.Partition
+			tp := topicPartition{t.Topic, p.Partition}
+			if subscribed {
+				rp.ErrorCode = errGroupSubscribedToTopic
+			} else if _, ok := g.offsets[tp]; ok {
+				delete(g.offsets, tp)
+				m.record(offsetRecord(g.id, t.Topic, p.Partition, nil))
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+}

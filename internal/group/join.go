@@ -1,0 +1,572 @@
+package group
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func strPtr(s string) *string { return &s }
+
+func optStr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func (m *Machine) replyJoinError(p *parked, code int16, memberID string) {
+	resp := kmsg.NewPtrJoinGroupResponse()
+	resp.Version = p.version
+	resp.ErrorCode = code
+	resp.MemberID = memberID
+	m.reply(p.id, resp)
+}
+
+func (m *Machine) replySyncError(p *parked, code int16) {
+	resp := kmsg.NewPtrSyncGroupResponse()
+	resp.Version = p.version
+	resp.ErrorCode = code
+	m.reply(p.id, resp)
+}
+
+// joinResponse is the successful JoinGroup answer for the current
+// generation; the leader gets the member list.
+func (g *group) joinResponse(version int16, memberID string, withMembers bool) *kmsg.JoinGroupResponse {
+	resp := kmsg.NewPtrJoinGroupResponse()
+	resp.Version = version
+	resp.Generation = g.generation
+	resp.ProtocolType = optStr(g.protocolType)
+	resp.Protocol = optStr(g.protocol)
+	resp.LeaderID = g.leader
+	resp.MemberID = memberID
+	if withMembers {
+		for _, mem := range g.sortedMembers() {
+			jm := kmsg.NewJoinGroupResponseMember()
+			jm.MemberID = mem.id
+			jm.InstanceID = optStr(mem.instanceID)
+			jm.ProtocolMetadata = mem.metadataFor(g.protocol)
+			resp.Members = append(resp.Members, jm)
+		}
+	}
+	return resp
+}
+
+func (m *Machine) joinGroup(r Request, req *kmsg.JoinGroupRequest) {
+	p := &parked{id: r.ID, version: req.Version}
+	session := time.Duration(req.SessionTimeoutMillis) * time.Millisecond
+	rebalance := time.Duration(req.RebalanceTimeoutMillis) * time.Millisecond
+	if req.Version == 0 {
+		// v0 has no rebalance timeout; Kafka uses the session timeout.
+		rebalance = session
+	}
+	instanceID := ""
+	if req.Version >= 5 && req.InstanceID != nil {
+		instanceID = *req.InstanceID
+	}
+	if req.Group == "" {
+		m.replyJoinError(p, errInvalidGroupID, req.MemberID)
+		return
+	}
+	if session < m.cfg.MinSessionTimeout || session > m.cfg.MaxSessionTimeout {
+		m.replyJoinError(p, errInvalidSessionTimeout, req.MemberID)
+		return
+	}
+
+	g := m.groups[req.Group]
+	isNewGroup := false
+	if g == nil {
+		if req.MemberID != "" {
+			m.replyJoinError(p, errUnknownMemberID, req.MemberID)
+			return
+		}
+		g = newGroup(req.Group, m.now)
+		m.groups[req.Group] = g
+		isNewGroup = true
+	}
+	nrec := len(m.out.Records)
+
+	j := joinArgs{r: r, req: req, p: p, session: session, rebalance: rebalance, instanceID: instanceID}
+	switch {
+	case !m.acceptJoiningMember(g, req.MemberID):
+		if mem := g.members[req.MemberID]; mem != nil {
+			m.removeMember(g, mem, errUnknownMemberID)
+		}
+		m.replyJoinError(p, errGroupMaxSizeReached, "")
+		m.maybeCompleteJoinPhase(g)
+	case req.MemberID == "":
+		m.joinNewMember(g, j)
+	default:
+		m.joinExistingMember(g, j)
+	}
+
+	if isNewGroup && len(m.out.Records) == nrec {
+		// A new group must reach the store even if nothing else did, so
+		// that it survives a restart like Kafka's timeline commit.
+		m.record(emptyMetadataRecord(g))
+	}
+}
+
+// emptyMetadataRecord is what Kafka writes when a JoinGroup creates a group:
+// no members, generation 0. Members joining right now are not persisted;
+// they only become durable with the leader's assignment.
+func emptyMetadataRecord(g *group) Record {
+	return Record{Type: RecordGroupMetadata, Group: g.id, Metadata: &GroupMetadata{
+		ProtocolType:   g.protocolType,
+		StateTimestamp: unixMilli(g.stateTime),
+	}}
+}
+
+type joinArgs struct {
+	r          Request
+	req        *kmsg.JoinGroupRequest
+	p          *parked
+	session    time.Duration
+	rebalance  time.Duration
+	instanceID string
+}
+
+// acceptJoiningMember is Kafka's group.max.size check (KAFKA-9885): while
+// preparing, counting members awaiting join kicks out the last rejoiners if
+// the limit was lowered.
+func (m *Machine) acceptJoiningMember(g *group, memberID string) bool {
+	switch g.state {
+	case Empty, Dead:
+		return true
+	case PreparingRebalance:
+		if mem := g.members[memberID]; mem != nil && mem.join != nil {
+			return true
+		}
+		return g.numAwaitingJoin() < m.cfg.MaxGroupSize
+	default:
+		if _, ok := g.members[memberID]; ok {
+			return true
+		}
+		return len(g.members) < m.cfg.MaxGroupSize
+	}
+}
+
+func (m *Machine) newMemberID(g *group, prefix string) string {
+	for {
+		id := m.cfg.NewMemberID(prefix)
+		if _, ok := g.members[id]; !ok && !g.pending[id] {
+			return id
+		}
+	}
+}
+
+func (m *Machine) joinNewMember(g *group, j joinArgs) {
+	if !g.supportsProtocols(j.req.ProtocolType, j.req.Protocols) {
+		m.replyJoinError(j.p, errInconsistentProtocol, "")
+		return
+	}
+	prefix := j.r.ClientID
+	if j.instanceID != "" {
+		prefix = j.instanceID
+	}
+	id := m.newMemberID(g, prefix)
+	switch {
+	case j.instanceID != "":
+		if old, ok := g.static[j.instanceID]; ok {
+			m.replaceStaticMember(g, j, old, id)
+			return
+		}
+		m.addMember(g, j, id)
+	case j.req.Version >= 4:
+		// KIP-394: hand out the id and wait for the member to come back
+		// with it, so a client that times out does not leave a ghost.
+		g.pending[id] = true
+		m.schedule(TimerKey{Group: g.id, Kind: TimerPending, Member: id}, j.session)
+		m.replyJoinError(j.p, errMemberIDRequired, id)
+	default:
+		m.addMember(g, j, id)
+	}
+}
+
+func (m *Machine) joinExistingMember(g *group, j joinArgs) {
+	id := j.req.MemberID
+	if !g.supportsProtocols(j.req.ProtocolType, j.req.Protocols) {
+		m.replyJoinError(j.p, errInconsistentProtocol, id)
+		return
+	}
+	if g.pending[id] {
+		if j.instanceID != "" {
+			// Pending members are always dynamic; Kafka fails with an
+			// internal error here. The instance id is unknown, which is
+			// what validateMember would say.
+			m.replyJoinError(j.p, errUnknownMemberID, id)
+			return
+		}
+		delete(g.pending, id)
+		m.cancel(TimerKey{Group: g.id, Kind: TimerPending, Member: id})
+		m.addMember(g, j, id)
+		return
+	}
+	if code := g.validateMember(id, j.instanceID); code != 0 {
+		m.replyJoinError(j.p, code, id)
+		return
+	}
+	mem := g.members[id]
+	switch g.state {
+	case PreparingRebalance:
+		m.updateMember(g, mem, j)
+		m.maybeCompleteJoinPhase(g)
+	case CompletingRebalance:
+		if mem.matches(j.req.Protocols) {
+			// A retry of a join whose answer was lost: repeat it.
+			m.reply(j.p.id, g.joinResponse(j.p.version, id, g.leader == id))
+			return
+		}
+		m.updateMember(g, mem, j)
+		m.prepareRebalance(g, reason{trigger: TriggerMetadataChange, member: id})
+	case Stable:
+		if g.leader == id {
+			// The leader rejoins to react to changes invisible in
+			// member metadata (e.g. new partitions).
+			m.updateMember(g, mem, j)
+			m.prepareRebalance(g, reason{trigger: TriggerLeaderRejoin, member: id})
+			return
+		}
+		if !mem.matches(j.req.Protocols) {
+			m.updateMember(g, mem, j)
+			m.prepareRebalance(g, reason{trigger: TriggerMetadataChange, member: id})
+			return
+		}
+		m.reply(j.p.id, g.joinResponse(j.p.version, id, false))
+	default:
+		m.replyJoinError(j.p, errUnknownMemberID, id)
+	}
+}
+
+func toProtocols(ps []kmsg.JoinGroupRequestProtocol) []protocol {
+	out := make([]protocol, len(ps))
+	for i, p := range ps {
+		out[i] = protocol{name: p.Name, metadata: append([]byte(nil), p.Metadata...)}
+	}
+	return out
+}
+
+func (m *Machine) parkJoin(mem *member, p *parked) {
+	if mem.join != nil && p != nil {
+		// Kafka drops the superseded future and lets the client time
+		// out; answering it frees the caller's handle.
+		m.replyJoinError(mem.join, errRebalanceInProgress, mem.id)
+	}
+	mem.join = p
+}
+
+func (m *Machine) updateMember(g *group, mem *member, j joinArgs) {
+	mem.protocols = toProtocols(j.req.Protocols)
+	mem.rebalance = j.rebalance
+	mem.session = j.session
+	m.parkJoin(mem, j.p)
+}
+
+func (m *Machine) addMember(g *group, j joinArgs, id string) {
+	mem := &member{
+		id:           id,
+		instanceID:   j.instanceID,
+		clientID:     j.r.ClientID,
+		clientHost:   j.r.ClientHost,
+		session:      j.session,
+		rebalance:    j.rebalance,
+		protocolType: j.req.ProtocolType,
+		protocols:    toProtocols(j.req.Protocols),
+		join:         j.p,
+		isNew:        true,
+	}
+	if g.state == PreparingRebalance && g.prevState == Empty {
+		g.newMemberAdded = true
+	}
+	g.add(mem)
+	// A new member cannot heartbeat while its join is parked, so its
+	// liveness is bounded by the new-member join timeout instead.
+	m.schedule(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: id}, m.cfg.NewMemberJoinTimeout)
+	m.maybePrepareRebalanceOrCompleteJoin(g, reason{trigger: TriggerNewMember, member: id})
+}
+
+func (m *Machine) replaceStaticMember(g *group, j joinArgs, oldID, newID string) {
+	old := g.members[oldID]
+	oldLeader := g.leader
+	// Fence the previous incarnation's parked requests at once.
+	if old.join != nil {
+		m.replyJoinError(old.join, errFencedInstanceID, oldID)
+		old.join = nil
+	}
+	if old.sync != nil {
+		m.replySyncError(old.sync, errFencedInstanceID)
+		old.sync = nil
+	}
+	delete(g.members, oldID)
+	m.cancel(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: oldID})
+	mem := &member{
+		id:           newID,
+		instanceID:   old.instanceID,
+		clientID:     old.clientID,
+		clientHost:   old.clientHost,
+		session:      old.session,
+		rebalance:    old.rebalance,
+		protocolType: old.protocolType,
+		protocols:    old.protocols,
+		assignment:   old.assignment,
+		seq:          old.seq,
+	}
+	g.members[newID] = mem
+	g.static[mem.instanceID] = newID
+	if g.leader == oldID {
+		g.leader = newID
+	}
+	if g.pendingSync[oldID] {
+		delete(g.pendingSync, oldID)
+		g.pendingSync[newID] = true
+	}
+	m.schedule(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: newID}, mem.session)
+	m.updateMember(g, mem, j)
+
+	switch g.state {
+	case Stable:
+		if g.selectProtocol() != g.protocol {
+			m.prepareRebalance(g, reason{trigger: TriggerStaticMemberRejoin, member: newID})
+			return
+		}
+		// KIP-345: same protocol, so no rebalance; persist the new id
+		// and hand back the current generation.
+		mem.join = nil
+		m.record(m.metadataRecord(g, nil))
+		var resp *kmsg.JoinGroupResponse
+		if j.p.version >= 9 {
+			// KIP-814: a static leader gets the members but must not
+			// compute a new assignment.
+			isLeader := g.leader == newID
+			resp = g.joinResponse(j.p.version, newID, isLeader)
+			resp.SkipAssignment = isLeader
+		} else {
+			// Older clients see the previous leader id, so a
+			// returning leader does not reassign without members.
+			resp = g.joinResponse(j.p.version, newID, false)
+			resp.LeaderID = oldLeader
+		}
+		m.reply(j.p.id, resp)
+	case CompletingRebalance:
+		// The leader may already have assigned to the old id.
+		m.prepareRebalance(g, reason{trigger: TriggerStaticMemberRejoin, member: newID})
+	default:
+		m.maybeCompleteJoinPhase(g)
+	}
+}
+
+func (g *group) canRebalance() bool { return CanTransition(g.state, PreparingRebalance) }
+
+func (m *Machine) maybePrepareRebalanceOrCompleteJoin(g *group, why reason) {
+	if g.canRebalance() {
+		m.prepareRebalance(g, why)
+	} else {
+		m.maybeCompleteJoinPhase(g)
+	}
+}
+
+// maybeCompleteJoinPhase never completes the initial rebalance early: that
+// delay exists to gather members (KIP-134).
+func (m *Machine) maybeCompleteJoinPhase(g *group) {
+	if g.state == PreparingRebalance && g.prevState != Empty && g.hasAllMembersJoined() {
+		m.completeJoin(g)
+	}
+}
+
+func (m *Machine) prepareRebalance(g *group, why reason) {
+	if g.state == CompletingRebalance {
+		m.resetAndPropagateAssignmentError(g, errRebalanceInProgress)
+	}
+	m.cancel(TimerKey{Group: g.id, Kind: TimerSync})
+	initial := g.state == Empty
+	m.openRebalance(g, why)
+	g.transition(m.now, PreparingRebalance)
+	if initial {
+		g.joinIsInitial = true
+		g.newMemberAdded = false
+		g.initialDelay = m.cfg.InitialRebalanceDelay
+		g.initialRemaining = max(g.rebalanceTimeout()-m.cfg.InitialRebalanceDelay, 0)
+		m.schedule(TimerKey{Group: g.id, Kind: TimerJoin}, g.initialDelay)
+		return
+	}
+	if g.hasAllMembersJoined() {
+		m.completeJoin(g)
+		return
+	}
+	g.joinIsInitial = false
+	m.schedule(TimerKey{Group: g.id, Kind: TimerJoin}, g.rebalanceTimeout())
+}
+
+// onInitialDelay extends the initial delay while members keep arriving, but
+// never beyond the rebalance timeout.
+func (m *Machine) onInitialDelay(g *group) {
+	if g.newMemberAdded && g.initialRemaining != 0 {
+		g.newMemberAdded = false
+		delay := min(m.cfg.InitialRebalanceDelay, g.initialRemaining)
+		g.initialRemaining = max(g.initialRemaining-g.initialDelay, 0)
+		g.initialDelay = delay
+		m.schedule(TimerKey{Group: g.id, Kind: TimerJoin}, delay)
+		return
+	}
+	m.completeJoin(g)
+}
+
+func (m *Machine) completeJoin(g *group) {
+	m.cancel(TimerKey{Group: g.id, Kind: TimerJoin})
+	g.joinIsInitial = false
+	for _, mem := range g.sortedMembers() {
+		if mem.join == nil && mem.instanceID == "" {
+			g.remove(mem.id)
+			m.cancel(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: mem.id})
+			if g.current != nil {
+				g.current.TimedOut = append(g.current.TimedOut, mem.id)
+			}
+		}
+	}
+	if !m.electJoinedLeader(g) && len(g.members) > 0 {
+		// Nobody rejoined (only static members are left): wait another
+		// rebalance timeout for session timeouts to clear them.
+		m.schedule(TimerKey{Group: g.id, Kind: TimerJoin}, g.rebalanceTimeout())
+		return
+	}
+	g.generation++
+	if len(g.members) > 0 {
+		g.protocol = g.selectProtocol()
+		g.computeSubscribedTopics()
+		g.transition(m.now, CompletingRebalance)
+	} else {
+		g.protocol = ""
+		g.computeSubscribedTopics()
+		g.transition(m.now, Empty)
+	}
+	g.pendingSync = map[string]bool{}
+	if g.state == Empty {
+		g.leader = ""
+		m.record(m.metadataRecord(g, nil))
+		m.closeRebalance(g, "empty")
+		return
+	}
+	if g.current != nil {
+		g.current.Generation = g.generation
+	}
+	for _, mem := range g.sortedMembers() {
+		if mem.join != nil {
+			m.reply(mem.join.id, g.joinResponse(mem.join.version, mem.id, g.leader == mem.id))
+			mem.join = nil
+		}
+		m.schedule(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: mem.id}, mem.session)
+		mem.isNew = false
+		g.pendingSync[mem.id] = true
+	}
+	g.syncGeneration = g.generation
+	m.schedule(TimerKey{Group: g.id, Kind: TimerSync}, g.rebalanceTimeout())
+}
+
+// electJoinedLeader keeps the leader if it rejoined, else picks the first
+// rejoined member in join order.
+func (m *Machine) electJoinedLeader(g *group) bool {
+	if l := g.members[g.leader]; l != nil && l.join != nil {
+		return true
+	}
+	for _, mem := range g.sortedMembers() {
+		if mem.join != nil {
+			g.leader = mem.id
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Machine) resetAndPropagateAssignmentError(g *group, code int16) {
+	for _, mem := range g.members {
+		mem.assignment = nil
+	}
+	m.propagateAssignment(g, code)
+}
+
+func (m *Machine) propagateAssignment(g *group, code int16) {
+	for _, mem := range g.sortedMembers() {
+		if mem.sync == nil {
+			continue
+		}
+		resp := kmsg.NewPtrSyncGroupResponse()
+		resp.Version = mem.sync.version
+		resp.ErrorCode = code
+		if code == 0 {
+			resp.ProtocolType = optStr(g.protocolType)
+			resp.Protocol = optStr(g.protocol)
+			resp.MemberAssignment = mem.assignment
+		}
+		m.reply(mem.sync.id, resp)
+		mem.sync = nil
+		// Expirations that fired while the member waited were ignored,
+		// so its session starts over now.
+		m.schedule(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: mem.id}, mem.session)
+	}
+}
+
+// removeMember drops a member, answering whatever it has parked, and
+// reacts like Kafka's removeMemberAndUpdateClassicGroup.
+func (m *Machine) removeMember(g *group, mem *member, code int16) {
+	if mem.join != nil {
+		m.replyJoinError(mem.join, code, "")
+		mem.join = nil
+	}
+	if mem.sync != nil {
+		// Kafka leaves this future dangling; answer it instead.
+		m.replySyncError(mem.sync, code)
+		mem.sync = nil
+	}
+	g.remove(mem.id)
+	m.cancel(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: mem.id})
+}
+
+func (m *Machine) onHeartbeatExpired(g *group, id string) {
+	mem := g.members[id]
+	if mem == nil {
+		return
+	}
+	// Members parked in a join or sync count as alive, except new ones,
+	// whose timer is the new-member join timeout.
+	if !mem.isNew && (mem.join != nil || mem.sync != nil) {
+		return
+	}
+	m.removeMember(g, mem, errUnknownMemberID)
+	switch g.state {
+	case Stable, CompletingRebalance:
+		m.maybePrepareRebalanceOrCompleteJoin(g, reason{TriggerSessionTimeout, id, []string{id}})
+	case PreparingRebalance:
+		if g.hasAllMembersJoined() {
+			m.completeJoin(g)
+		}
+	}
+}
+
+func (m *Machine) onPendingExpired(g *group, id string) {
+	if !g.pending[id] {
+		return
+	}
+	delete(g.pending, id)
+	if g.state == PreparingRebalance && g.hasAllMembersJoined() {
+		m.completeJoin(g)
+	}
+}
+
+// onSyncExpired removes members that got their JoinGroup answer but never
+// sent SyncGroup, so the group cannot hang in CompletingRebalance
+// (KAFKA-12890).
+func (m *Machine) onSyncExpired(g *group) {
+	if g.syncGeneration != g.generation || (g.state != CompletingRebalance && g.state != Stable) {
+		return
+	}
+	if len(g.pendingSync) == 0 {
+		return
+	}
+	ids := sortedKeys(g.pendingSync)
+	for _, id := range ids {
+		if mem := g.members[id]; mem != nil {
+			m.removeMember(g, mem, errUnknownMemberID)
+		}
+	}
+	m.prepareRebalance(g, reason{TriggerPendingSyncTimeout, ids[0], ids})
+}

@@ -1,0 +1,685 @@
+package group
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// RequestID is an opaque handle the caller attaches to each request; replies,
+// possibly released by a later Step, carry it back.
+type RequestID uint64
+
+// Event is an input to Step: a Request, a Timer firing, ExpireOffsets or
+// Unload.
+type Event interface{ isEvent() }
+
+// Request is a client request. Msg is one of *kmsg.JoinGroupRequest,
+// *kmsg.SyncGroupRequest, *kmsg.HeartbeatRequest, *kmsg.LeaveGroupRequest,
+// *kmsg.OffsetCommitRequest, *kmsg.OffsetFetchRequest,
+// *kmsg.DescribeGroupsRequest, *kmsg.ListGroupsRequest,
+// *kmsg.DeleteGroupsRequest or *kmsg.OffsetDeleteRequest, with its Version
+// set. Requests naming several groups must only name groups this machine
+// owns; the caller splits and merges across shards.
+type Request struct {
+	ID         RequestID
+	ClientID   string
+	ClientHost string
+	Msg        kmsg.Request
+}
+
+// Timer reports that the deadline of Key has passed. Timers for keys that were
+// cancelled or rescheduled later are ignored, so a late or duplicate firing is
+// harmless.
+type Timer struct{ Key TimerKey }
+
+// ExpireOffsets asks the machine to expire offsets past retention (KIP-211);
+// the caller sends it every offsets.retention.check.interval.ms.
+type ExpireOffsets struct{}
+
+// Unload answers every parked request with NOT_COORDINATOR and drops all
+// groups, for when the shard moves away.
+type Unload struct{}
+
+func (Request) isEvent()       {}
+func (Timer) isEvent()         {}
+func (ExpireOffsets) isEvent() {}
+func (Unload) isEvent()        {}
+
+// TimerKind names what a deadline is for.
+type TimerKind uint8
+
+// Timer kinds, after Kafka's keyed timers.
+const (
+	// TimerHeartbeat is a member's session (or new-member join) deadline.
+	TimerHeartbeat TimerKind = iota
+	// TimerPending is the deadline for a KIP-394 pending member to rejoin
+	// with its assigned id.
+	TimerPending
+	// TimerJoin completes the join phase (rebalance timeout) or ends one
+	// step of the initial rebalance delay.
+	TimerJoin
+	// TimerSync removes members that did not send SyncGroup (KAFKA-12890).
+	TimerSync
+)
+
+func (k TimerKind) String() string {
+	switch k {
+	case TimerHeartbeat:
+		return "heartbeat"
+	case TimerPending:
+		return "pending"
+	case TimerJoin:
+		return "join"
+	case TimerSync:
+		return "sync"
+	}
+	return fmt.Sprintf("TimerKind(%d)", uint8(k))
+}
+
+// TimerKey identifies a deadline. It is comparable so the caller can keep it
+// as a map key; scheduling a key again replaces its deadline.
+type TimerKey struct {
+	Group  string
+	Kind   TimerKind
+	Member string // heartbeat and pending timers only
+}
+
+func (k TimerKey) String() string {
+	if k.Member != "" {
+		return fmt.Sprintf("%s/%s-%s", k.Group, k.Kind, k.Member)
+	}
+	return fmt.Sprintf("%s/%s", k.Group, k.Kind)
+}
+
+// TimerUpdate sets (Cancel false) or removes (Cancel true) a deadline.
+type TimerUpdate struct {
+	Key      TimerKey
+	Deadline time.Time
+	Cancel   bool
+}
+
+// Reply answers a request. Msg is the kmsg response with Version set to the
+// request's version.
+type Reply struct {
+	ID  RequestID
+	Msg kmsg.Response
+}
+
+// Output is everything one Step produced. Replies must not be sent before
+// Records (and the records of all earlier Outputs) are durable.
+type Output struct {
+	Records []Record
+	Replies []Reply
+	Timers  []TimerUpdate
+}
+
+// parked is a request waiting for a later event.
+type parked struct {
+	id      RequestID
+	version int16
+}
+
+type protocol struct {
+	name     string
+	metadata []byte
+}
+
+type member struct {
+	id           string
+	instanceID   string // "" means dynamic
+	clientID     string
+	clientHost   string
+	session      time.Duration
+	rebalance    time.Duration
+	protocolType string
+	protocols    []protocol
+	assignment   []byte
+	join         *parked
+	sync         *parked
+	isNew        bool
+	seq          uint64 // join order, for deterministic iteration
+}
+
+func (m *member) metadataFor(name string) []byte {
+	for _, p := range m.protocols {
+		if p.name == name {
+			return p.metadata
+		}
+	}
+	return nil
+}
+
+// vote returns the member's most preferred protocol among candidates.
+func (m *member) vote(candidates map[string]bool) string {
+	for _, p := range m.protocols {
+		if candidates[p.name] {
+			return p.name
+		}
+	}
+	return ""
+}
+
+func (m *member) matches(ps []kmsg.JoinGroupRequestProtocol) bool {
+	if len(ps) != len(m.protocols) {
+		return false
+	}
+	for i, p := range ps {
+		if p.Name != m.protocols[i].name || string(p.Metadata) != string(m.protocols[i].metadata) {
+			return false
+		}
+	}
+	return true
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+type offsetValue struct {
+	offset      int64
+	leaderEpoch int32
+	metadata    string
+	commitTime  int64 // unix ms
+	expireTime  int64 // unix ms, -1 if none
+}
+
+type group struct {
+	id           string
+	state        State
+	prevState    State
+	stateTime    time.Time
+	generation   int32
+	protocolType string
+	protocol     string
+	leader       string
+	members      map[string]*member
+	pending      map[string]bool
+	pendingSync  map[string]bool
+	static       map[string]string // instance id -> member id
+	seq          uint64
+
+	newMemberAdded   bool
+	initialDelay     time.Duration
+	initialRemaining time.Duration
+	joinIsInitial    bool
+	syncGeneration   int32
+
+	subscribed      map[string]bool
+	subscribedKnown bool
+
+	offsets map[topicPartition]offsetValue
+
+	history      []Rebalance
+	current      *Rebalance
+	startMembers map[string]bool
+}
+
+func newGroup(id string, now time.Time) *group {
+	return &group{
+		id:          id,
+		state:       Empty,
+		prevState:   Empty,
+		stateTime:   now,
+		members:     map[string]*member{},
+		pending:     map[string]bool{},
+		pendingSync: map[string]bool{},
+		static:      map[string]string{},
+		offsets:     map[topicPartition]offsetValue{},
+	}
+}
+
+func (g *group) transition(now time.Time, to State) {
+	mustTransition(g.state, to)
+	g.prevState = g.state
+	g.state = to
+	g.stateTime = now
+}
+
+// sortedMembers returns members in join order.
+func (g *group) sortedMembers() []*member {
+	ms := make([]*member, 0, len(g.members))
+	for _, m := range g.members {
+		ms = append(ms, m)
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].seq < ms[j].seq })
+	return ms
+}
+
+func sortedKeys(m map[string]bool) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func (g *group) add(m *member) {
+	if len(g.members) == 0 {
+		g.protocolType = m.protocolType
+	}
+	g.seq++
+	m.seq = g.seq
+	g.members[m.id] = m
+	if m.instanceID != "" {
+		g.static[m.instanceID] = m.id
+	}
+	if g.leader == "" {
+		g.leader = m.id
+	}
+}
+
+func (g *group) remove(id string) {
+	if m, ok := g.members[id]; ok {
+		delete(g.members, id)
+		if m.instanceID != "" && g.static[m.instanceID] == id {
+			delete(g.static, m.instanceID)
+		}
+	}
+	delete(g.pending, id)
+	delete(g.pendingSync, id)
+	if g.leader == id {
+		// Kafka takes the next key of a HashMap; join order is the
+		// deterministic equivalent.
+		g.leader = ""
+		if ms := g.sortedMembers(); len(ms) > 0 {
+			g.leader = ms[0].id
+		}
+	}
+}
+
+func (g *group) numAwaitingJoin() int {
+	n := 0
+	for _, m := range g.members {
+		if m.join != nil {
+			n++
+		}
+	}
+	return n
+}
+
+func (g *group) hasAllMembersJoined() bool {
+	return len(g.members) == g.numAwaitingJoin() && len(g.pending) == 0
+}
+
+// rebalanceTimeout is the largest rebalance timeout of the current members.
+func (g *group) rebalanceTimeout() time.Duration {
+	var d time.Duration
+	for _, m := range g.members {
+		if m.rebalance > d {
+			d = m.rebalance
+		}
+	}
+	return d
+}
+
+func (g *group) supportedCount(name string) int {
+	n := 0
+	for _, m := range g.members {
+		for _, p := range m.protocols {
+			if p.name == name {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+func (g *group) supportsProtocols(protocolType string, ps []kmsg.JoinGroupRequestProtocol) bool {
+	if g.state == Empty {
+		return protocolType != "" && len(ps) > 0
+	}
+	if g.protocolType != protocolType {
+		return false
+	}
+	for _, p := range ps {
+		if g.supportedCount(p.Name) == len(g.members) {
+			return true
+		}
+	}
+	return false
+}
+
+// selectProtocol lets every member vote for its most preferred protocol among
+// those all members support. Kafka breaks ties by HashMap order; here the
+// protocol that received its first vote earliest (in join order) wins.
+func (g *group) selectProtocol() string {
+	ms := g.sortedMembers()
+	candidates := map[string]bool{}
+	for _, m := range ms {
+		for _, p := range m.protocols {
+			if g.supportedCount(p.name) == len(g.members) {
+				candidates[p.name] = true
+			}
+		}
+	}
+	votes := map[string]int{}
+	var order []string
+	for _, m := range ms {
+		v := m.vote(candidates)
+		if v == "" {
+			continue
+		}
+		if votes[v] == 0 {
+			order = append(order, v)
+		}
+		votes[v]++
+	}
+	best, bestVotes := "", 0
+	for _, p := range order {
+		if votes[p] > bestVotes {
+			best, bestVotes = p, votes[p]
+		}
+	}
+	return best
+}
+
+// validateMember is Kafka's ClassicGroup.validateMember.
+func (g *group) validateMember(memberID, instanceID string) int16 {
+	if instanceID != "" {
+		existing, ok := g.static[instanceID]
+		if !ok {
+			return errUnknownMemberID
+		}
+		if existing != memberID {
+			return errFencedInstanceID
+		}
+	}
+	if _, ok := g.members[memberID]; !ok {
+		return errUnknownMemberID
+	}
+	return 0
+}
+
+func (g *group) computeSubscribedTopics() {
+	g.subscribed, g.subscribedKnown = nil, false
+	if g.protocolType != consumerProtocolType {
+		return
+	}
+	g.subscribed = map[string]bool{}
+	if len(g.members) == 0 {
+		g.subscribedKnown = true
+		return
+	}
+	if g.protocol == "" {
+		g.subscribed = nil
+		return
+	}
+	for _, m := range g.members {
+		topics, ok := parseSubscribedTopics(m.metadataFor(g.protocol))
+		if !ok {
+			g.subscribed = nil
+			return
+		}
+		for _, t := range topics {
+			g.subscribed[t] = true
+		}
+	}
+	g.subscribedKnown = true
+}
+
+// isSubscribedToTopic is Kafka's rule: when the subscriptions are unknown, a
+// group using the consumer protocol is assumed subscribed to everything.
+func (g *group) isSubscribedToTopic(topic string) bool {
+	if g.subscribedKnown {
+		return g.subscribed[topic]
+	}
+	return g.protocolType == consumerProtocolType
+}
+
+const consumerProtocolType = "consumer"
+
+// parseSubscribedTopics reads the topics of a ConsumerProtocolSubscription.
+// Clients send malformed metadata (kafka-go declares v1 without owned
+// partitions), so a failed strict parse is retried as v0, which is the prefix
+// of every version: that is what Kafka does.
+func parseSubscribedTopics(b []byte) ([]string, bool) {
+	var md kmsg.ConsumerMemberMetadata
+	if err := md.ReadFrom(b); err == nil {
+		return md.Topics, true
+	}
+	if len(b) < 2 {
+		return nil, false
+	}
+	c := append([]byte{0, 0}, b[2:]...)
+	md = kmsg.ConsumerMemberMetadata{}
+	if err := md.ReadFrom(c); err == nil {
+		return md.Topics, true
+	}
+	return nil, false
+}
+
+// Machine is the classic-group state machine of one shard. The zero value is
+// not usable; call New.
+type Machine struct {
+	cfg    Config
+	groups map[string]*group
+	timers map[TimerKey]time.Time
+
+	// per-step scratch
+	now   time.Time
+	out   Output
+	dirty map[TimerKey]bool
+}
+
+// New returns an empty machine.
+func New(cfg Config) *Machine {
+	return &Machine{
+		cfg:    cfg.withDefaults(),
+		groups: map[string]*group{},
+		timers: map[TimerKey]time.Time{},
+	}
+}
+
+// Config returns the machine's effective configuration.
+func (m *Machine) Config() Config { return m.cfg }
+
+// Step applies one event at time now and returns its effects.
+func (m *Machine) Step(now time.Time, ev Event) Output {
+	m.begin(now)
+	switch ev := ev.(type) {
+	case Request:
+		m.request(ev)
+	case Timer:
+		m.timer(ev.Key)
+	case ExpireOffsets:
+		m.expireOffsets()
+	case Unload:
+		m.unload()
+	default:
+		panic(fmt.Sprintf("group: unknown event %T", ev))
+	}
+	return m.end()
+}
+
+func (m *Machine) begin(now time.Time) {
+	m.now = now
+	m.out = Output{}
+	m.dirty = map[TimerKey]bool{}
+}
+
+func (m *Machine) end() Output {
+	keys := make([]TimerKey, 0, len(m.dirty))
+	for k := range m.dirty {
+		keys = append(keys, k)
+	}
+	sortTimerKeys(keys)
+	for _, k := range keys {
+		if d, ok := m.timers[k]; ok {
+			m.out.Timers = append(m.out.Timers, TimerUpdate{Key: k, Deadline: d})
+		} else {
+			m.out.Timers = append(m.out.Timers, TimerUpdate{Key: k, Cancel: true})
+		}
+	}
+	out := m.out
+	m.out, m.dirty = Output{}, nil
+	return out
+}
+
+func sortTimerKeys(keys []TimerKey) {
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		if a.Group != b.Group {
+			return a.Group < b.Group
+		}
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		return a.Member < b.Member
+	})
+}
+
+func (m *Machine) schedule(k TimerKey, d time.Duration) {
+	m.timers[k] = m.now.Add(d)
+	m.dirty[k] = true
+}
+
+func (m *Machine) cancel(k TimerKey) {
+	if _, ok := m.timers[k]; ok {
+		delete(m.timers, k)
+		m.dirty[k] = true
+	}
+}
+
+func (m *Machine) reply(id RequestID, msg kmsg.Response) {
+	m.out.Replies = append(m.out.Replies, Reply{ID: id, Msg: msg})
+}
+
+func (m *Machine) record(r Record) {
+	m.out.Records = append(m.out.Records, r)
+}
+
+// Deadlines returns all scheduled deadlines, sorted by key. It lets a runtime
+// that lost its timer table (or a test) rebuild it.
+func (m *Machine) Deadlines() []TimerUpdate {
+	keys := make([]TimerKey, 0, len(m.timers))
+	for k := range m.timers {
+		keys = append(keys, k)
+	}
+	sortTimerKeys(keys)
+	out := make([]TimerUpdate, len(keys))
+	for i, k := range keys {
+		out[i] = TimerUpdate{Key: k, Deadline: m.timers[k]}
+	}
+	return out
+}
+
+func (m *Machine) request(r Request) {
+	switch req := r.Msg.(type) {
+	case *kmsg.JoinGroupRequest:
+		m.joinGroup(r, req)
+	case *kmsg.SyncGroupRequest:
+		m.syncGroup(r, req)
+	case *kmsg.HeartbeatRequest:
+		m.heartbeat(r, req)
+	case *kmsg.LeaveGroupRequest:
+		m.leaveGroup(r, req)
+	case *kmsg.OffsetCommitRequest:
+		m.offsetCommit(r, req)
+	case *kmsg.OffsetFetchRequest:
+		m.offsetFetch(r, req)
+	case *kmsg.DescribeGroupsRequest:
+		m.describeGroups(r, req)
+	case *kmsg.ListGroupsRequest:
+		m.listGroups(r, req)
+	case *kmsg.DeleteGroupsRequest:
+		m.deleteGroups(r, req)
+	case *kmsg.OffsetDeleteRequest:
+		m.offsetDelete(r, req)
+	default:
+		panic(fmt.Sprintf("group: unsupported request %T", r.Msg))
+	}
+}
+
+func (m *Machine) timer(k TimerKey) {
+	d, ok := m.timers[k]
+	if !ok || m.now.Before(d) {
+		return // cancelled, replaced by a later deadline, or early
+	}
+	delete(m.timers, k)
+	m.dirty[k] = true
+	g := m.groups[k.Group]
+	if g == nil {
+		return
+	}
+	switch k.Kind {
+	case TimerHeartbeat:
+		m.onHeartbeatExpired(g, k.Member)
+	case TimerPending:
+		m.onPendingExpired(g, k.Member)
+	case TimerJoin:
+		if g.joinIsInitial {
+			m.onInitialDelay(g)
+		} else {
+			m.completeJoin(g)
+		}
+	case TimerSync:
+		m.onSyncExpired(g)
+	}
+}
+
+func (m *Machine) unload() {
+	ids := make([]string, 0, len(m.groups))
+	for id := range m.groups {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		g := m.groups[id]
+		for _, mem := range g.sortedMembers() {
+			if mem.join != nil {
+				m.replyJoinError(mem.join, errNotCoordinator, "")
+				mem.join = nil
+			}
+			if mem.sync != nil {
+				m.replySyncError(mem.sync, errNotCoordinator)
+				mem.sync = nil
+			}
+		}
+		g.transition(m.now, Dead)
+		delete(m.groups, id)
+	}
+	keys := make([]TimerKey, 0, len(m.timers))
+	for k := range m.timers {
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		m.cancel(k)
+	}
+}
+
+// removeGroup drops a deleted or expired group. Its timers go with it.
+func (m *Machine) removeGroup(g *group) {
+	g.transition(m.now, Dead)
+	delete(m.groups, g.id)
+	for k := range m.timers {
+		if k.Group == g.id {
+			m.cancel(k)
+		}
+	}
+}
+
+// GroupState returns the state and generation of a group (Dead, -1 if
+// unknown).
+func (m *Machine) GroupState(id string) (State, int32) {
+	g := m.groups[id]
+	if g == nil {
+		return Dead, -1
+	}
+	return g.state, g.generation
+}
+
+// Groups returns the ids of all groups, sorted.
+func (m *Machine) Groups() []string {
+	ids := make([]string, 0, len(m.groups))
+	for id := range m.groups {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}

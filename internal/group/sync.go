@@ -1,0 +1,204 @@
+package group
+
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// emptyConsumerAssignment is a serialized ConsumerMemberAssignment with no
+// partitions. franz-go cannot parse a zero-length assignment, so members of a
+// "consumer" group that the leader left out get this instead of Kafka's empty
+// bytes.
+var emptyConsumerAssignment = func() []byte {
+	a := kmsg.NewConsumerMemberAssignment()
+	return a.AppendTo(nil)
+}()
+
+func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
+	p := &parked{id: r.ID, version: req.Version}
+	if req.Version >= 5 && (req.ProtocolType == nil || req.Protocol == nil) {
+		m.replySyncError(p, errInconsistentProtocol)
+		return
+	}
+	instanceID := ""
+	if req.Version >= 3 && req.InstanceID != nil {
+		instanceID = *req.InstanceID
+	}
+	g := m.groups[req.Group]
+	if g == nil {
+		m.replySyncError(p, errUnknownMemberID)
+		return
+	}
+	if code := g.validateMember(req.MemberID, instanceID); code != 0 {
+		m.replySyncError(p, code)
+		return
+	}
+	if req.Generation != g.generation {
+		m.replySyncError(p, errIllegalGeneration)
+		return
+	}
+	// Only compared once the group has chosen; before that Kafka's
+	// group-side values are null.
+	if (req.ProtocolType != nil && g.protocolType != "" && *req.ProtocolType != g.protocolType) ||
+		(req.Protocol != nil && g.protocol != "" && *req.Protocol != g.protocol) {
+		m.replySyncError(p, errInconsistentProtocol)
+		return
+	}
+	mem := g.members[req.MemberID]
+	switch g.state {
+	case PreparingRebalance:
+		m.replySyncError(p, errRebalanceInProgress)
+	case CompletingRebalance:
+		if mem.sync != nil {
+			// Superseded by a retry; free the old handle.
+			m.replySyncError(mem.sync, errRebalanceInProgress)
+		}
+		mem.sync = p
+		delete(g.pendingSync, mem.id)
+		if g.leader != mem.id {
+			return
+		}
+		assignments := map[string][]byte{}
+		for _, a := range req.GroupAssignment {
+			if _, ok := g.members[a.MemberID]; ok {
+				assignments[a.MemberID] = a.MemberAssignment
+			}
+		}
+		for id := range g.members {
+			a, ok := assignments[id]
+			if g.protocolType == consumerProtocolType && len(a) == 0 {
+				assignments[id] = emptyConsumerAssignment
+			} else if !ok {
+				assignments[id] = []byte{}
+			}
+		}
+		// The record carries the assignment; every reply below waits for
+		// it, which is Kafka's "propagate on append success".
+		m.record(m.metadataRecord(g, assignments))
+		for id, a := range assignments {
+			g.members[id].assignment = a
+		}
+		m.propagateAssignment(g, 0)
+		g.transition(m.now, Stable)
+		m.closeRebalance(g, "stable")
+	case Stable:
+		delete(g.pendingSync, mem.id)
+		resp := kmsg.NewPtrSyncGroupResponse()
+		resp.Version = req.Version
+		resp.ProtocolType = optStr(g.protocolType)
+		resp.Protocol = optStr(g.protocol)
+		resp.MemberAssignment = mem.assignment
+		m.reply(r.ID, resp)
+	default:
+		m.replySyncError(p, errUnknownMemberID)
+	}
+}
+
+func (m *Machine) heartbeat(r Request, req *kmsg.HeartbeatRequest) {
+	resp := kmsg.NewPtrHeartbeatResponse()
+	resp.Version = req.Version
+	defer m.reply(r.ID, resp)
+	instanceID := ""
+	if req.Version >= 3 && req.InstanceID != nil {
+		instanceID = *req.InstanceID
+	}
+	g := m.groups[req.Group]
+	if g == nil {
+		resp.ErrorCode = errUnknownMemberID
+		return
+	}
+	if code := g.validateMember(req.MemberID, instanceID); code != 0 {
+		resp.ErrorCode = code
+		return
+	}
+	if req.Generation != g.generation {
+		resp.ErrorCode = errIllegalGeneration
+		return
+	}
+	mem := g.members[req.MemberID]
+	switch g.state {
+	case Empty:
+		resp.ErrorCode = errUnknownMemberID
+	case PreparingRebalance:
+		m.schedule(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: mem.id}, mem.session)
+		resp.ErrorCode = errRebalanceInProgress
+	default:
+		// CompletingRebalance answers NONE, not REBALANCE_IN_PROGRESS as
+		// the old Javadoc says (Kafka PR #8834).
+		m.schedule(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: mem.id}, mem.session)
+	}
+}
+
+func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
+	resp := kmsg.NewPtrLeaveGroupResponse()
+	resp.Version = req.Version
+	defer m.reply(r.ID, resp)
+
+	members := req.Members
+	if req.Version < 3 {
+		lm := kmsg.NewLeaveGroupRequestMember()
+		lm.MemberID = req.MemberID
+		members = []kmsg.LeaveGroupRequestMember{lm}
+	}
+	g := m.groups[req.Group]
+	var results []kmsg.LeaveGroupResponseMember
+	var leaving []*member
+	pendingRemoved := false
+	for _, lm := range members {
+		res := kmsg.NewLeaveGroupResponseMember()
+		res.MemberID = lm.MemberID
+		res.InstanceID = lm.InstanceID
+		instanceID := ""
+		if lm.InstanceID != nil {
+			instanceID = *lm.InstanceID
+		}
+		switch {
+		case g == nil:
+			res.ErrorCode = errUnknownMemberID
+		case lm.MemberID == "" && instanceID != "":
+			// Admin removal of a static member by instance id.
+			if id, ok := g.static[instanceID]; ok {
+				res.MemberID = id
+				leaving = append(leaving, g.members[id])
+			} else {
+				res.ErrorCode = errUnknownMemberID
+			}
+		case g.pending[lm.MemberID]:
+			delete(g.pending, lm.MemberID)
+			m.cancel(TimerKey{Group: g.id, Kind: TimerPending, Member: lm.MemberID})
+			pendingRemoved = true
+		default:
+			if code := g.validateMember(lm.MemberID, instanceID); code != 0 {
+				res.ErrorCode = code
+			} else {
+				leaving = append(leaving, g.members[lm.MemberID])
+			}
+		}
+		results = append(results, res)
+	}
+	if req.Version < 3 {
+		resp.ErrorCode = results[0].ErrorCode
+	} else {
+		resp.Members = results
+	}
+	if g == nil {
+		return
+	}
+	removed := ""
+	var removedIDs []string
+	for _, mem := range leaving {
+		if _, ok := g.members[mem.id]; !ok {
+			continue // named twice
+		}
+		if removed == "" {
+			removed = mem.id
+		}
+		removedIDs = append(removedIDs, mem.id)
+		m.removeMember(g, mem, errUnknownMemberID)
+	}
+	switch {
+	case removed != "" && (g.state == Stable || g.state == CompletingRebalance):
+		m.prepareRebalance(g, reason{TriggerMemberLeave, removed, removedIDs})
+	case (removed != "" || pendingRemoved) && g.state == PreparingRebalance:
+		m.maybeCompleteJoinPhase(g)
+	}
+}
