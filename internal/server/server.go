@@ -2,9 +2,10 @@
 // request framing, per-connection reply ordering and dispatch to a Handler.
 // It is the only package that touches net.
 //
-// Requests on one connection may be pipelined: each is handled in its own
-// goroutine as soon as it is read, and replies are written strictly in the
-// order the requests arrived, as Kafka clients require.
+// Requests on one connection may be pipelined. As in Kafka, they are
+// handled one at a time in the order they arrived (an idempotent producer's
+// pipelined batches must be appended in order), while the next frames are
+// read and earlier replies written concurrently.
 package server
 
 import (
@@ -130,7 +131,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			return err
 		}
 		backoff = 0
-		c := &conn{srv: s, nc: nc, replies: make(chan chan reply, s.cfg.MaxInFlight), stop: make(chan struct{})}
+		c := &conn{srv: s, nc: nc, requests: make(chan *Request, s.cfg.MaxInFlight), replies: make(chan reply, s.cfg.MaxInFlight), stop: make(chan struct{})}
 		s.mu.Lock()
 		if s.closing {
 			s.mu.Unlock()
@@ -184,9 +185,10 @@ type reply struct {
 }
 
 type conn struct {
-	srv     *Server
-	nc      net.Conn
-	replies chan chan reply // in request order; each carries one reply
+	srv      *Server
+	nc       net.Conn
+	requests chan *Request // read, waiting to be handled
+	replies  chan reply    // handled, waiting to be written
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -215,8 +217,12 @@ func (c *conn) serve() {
 		defer close(writerDone)
 		c.writeLoop()
 	}()
+	go func() {
+		defer close(c.replies)
+		c.handleLoop()
+	}()
 	c.readLoop()
-	close(c.replies)
+	close(c.requests)
 	<-writerDone
 	c.nc.Close()
 }
@@ -254,17 +260,19 @@ func (c *conn) readLoop() {
 			log.Warn("closing connection: request does not decode", "err", err, "api", kmsg.NameForKey(hdr.Key), "version", hdr.Version, "client", hdr.ClientID)
 			return
 		}
-		ch := make(chan reply, 1)
 		select {
-		case c.replies <- ch:
+		case c.requests <- &Request{Header: hdr, Msg: req, Remote: c.nc.RemoteAddr()}:
 		case <-c.stop:
 			return
 		}
-		r := &Request{Header: hdr, Msg: req, Remote: c.nc.RemoteAddr()}
-		go func() {
-			resp, err := c.srv.cfg.Handler.Handle(c.srv.ctx, r)
-			ch <- reply{corr: hdr.CorrelationID, resp: resp, err: err}
-		}()
+	}
+}
+
+// handleLoop answers requests one at a time, in arrival order.
+func (c *conn) handleLoop() {
+	for r := range c.requests {
+		resp, err := c.srv.cfg.Handler.Handle(c.srv.ctx, r)
+		c.replies <- reply{corr: r.Header.CorrelationID, resp: resp, err: err}
 	}
 }
 
@@ -272,10 +280,9 @@ func (c *conn) writeLoop() {
 	bw := bufio.NewWriterSize(c.nc, 64<<10)
 	var buf []byte
 	failed := false
-	for ch := range c.replies {
-		r := <-ch
+	for r := range c.replies {
 		if failed {
-			continue // drain so handlers' goroutines are not left behind
+			continue // drain so the handler loop is not left blocked
 		}
 		if r.err != nil {
 			c.srv.log.Warn("closing connection: request failed", "remote", c.nc.RemoteAddr().String(), "err", r.err)
