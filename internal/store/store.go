@@ -1,0 +1,94 @@
+// Package store keeps the coordinator's durable records: committed offsets
+// and group metadata, as encoded by package group.
+//
+// A Store has two operations that matter. Apply makes a batch of records
+// durable before it returns, so the coordinator can release the replies that
+// acknowledge them (durable before visible). Load reads back every record of
+// one shard, in key order, when a shard starts; the shard replays them into a
+// fresh group.Machine.
+//
+// Keys are the record's own key (group.Record.Key) behind a two-byte
+// big-endian shard number, so the records of a shard are one contiguous key
+// range and Load is a single range scan. The shard of a group is ShardOf its
+// id; the store and the coordinator both use it, so they cannot disagree.
+//
+// Two implementations are here: Pebble, on cockroachdb/pebble, for the
+// broker, and Memory, for tests and simulation, which can crash and inject
+// write errors.
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+
+	"github.com/groupd/groupd/internal/group"
+)
+
+// Store is durable storage for coordinator records.
+type Store interface {
+	// Apply makes recs durable (per the implementation's sync policy)
+	// before returning. Records with a nil payload (group.Record.Tombstone)
+	// delete their key. A batch is atomic: after a crash either all of it
+	// or none of it is visible. Concurrent calls may share one sync.
+	Apply(recs []group.Record) error
+	// Load calls fn with every record of a shard, in key order. It stops
+	// at the first error from fn and returns it. A stored record that does
+	// not decode is an error naming its key: corruption must be seen, not
+	// skipped.
+	Load(shard int, fn func(group.Record) error) error
+	// Close releases the store. Calls after Close fail.
+	Close() error
+}
+
+// MaxShards bounds the shard count: shard numbers are two bytes, and the
+// highest prefix is kept for the store's own metadata.
+const MaxShards = 1<<16 - 1
+
+// ErrClosed is returned by calls on a closed store.
+var ErrClosed = errors.New("store: closed")
+
+// ShardOf returns the shard, in [0, shards), that owns a group. It is FNV-1a
+// over the group id: stable across processes, versions and platforms, which
+// matters because the shard number is part of every stored key. Changing it,
+// or the shard count of an existing store, would strand records in shards
+// that no longer own them.
+func ShardOf(groupID string, shards int) int {
+	if shards <= 1 {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(groupID))
+	return int(h.Sum64() % uint64(shards))
+}
+
+// shardPrefix returns the two-byte key prefix of a shard.
+func shardPrefix(shard int) []byte {
+	return binary.BigEndian.AppendUint16(nil, uint16(shard))
+}
+
+// storeKey prefixes a record's key with its shard.
+func storeKey(r group.Record, shards int) []byte {
+	return append(shardPrefix(ShardOf(r.Group, shards)), r.Key()...)
+}
+
+// decode turns a stored key and value back into a record, naming the key if
+// it does not decode.
+func decode(shard int, key, value []byte) (group.Record, error) {
+	if len(key) < 2 || int(binary.BigEndian.Uint16(key)) != shard {
+		return group.Record{}, fmt.Errorf("store: key %x is outside shard %d", key, shard)
+	}
+	rec, err := group.DecodeRecord(key[2:], value)
+	if err != nil {
+		return group.Record{}, fmt.Errorf("store: shard %d: record with key %x: %w", shard, key, err)
+	}
+	return rec, nil
+}
+
+func checkShard(shard, shards int) error {
+	if shard < 0 || shard >= shards {
+		return fmt.Errorf("store: shard %d out of range [0, %d)", shard, shards)
+	}
+	return nil
+}
