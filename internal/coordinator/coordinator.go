@@ -1,0 +1,404 @@
+// Package coordinator is the runtime around the pure group state machine.
+//
+// Groups are spread over a fixed number of shards by store.ShardOf of the
+// group id. Each shard is one goroutine that owns one group.Machine; nothing
+// else touches it, so group state needs no locks. A shard takes events from
+// its queue (requests, timer firings, the offset-retention tick), steps the
+// machine with the clock's time, mirrors the machine's deadlines as clock
+// callbacks, writes the records of every event it took in one store.Apply,
+// and only then releases the replies (durable before visible). Events that
+// queue up while a write is in progress are stepped together and written
+// with one Apply, which is group commit under load.
+//
+// If a write fails, none of the replies of that batch are released as
+// successes: they become COORDINATOR_NOT_AVAILABLE, which clients retry,
+// and the shard rebuilds its machine from the store. Until a shard has
+// loaded its records, requests for its groups are answered with
+// COORDINATOR_LOAD_IN_PROGRESS.
+//
+// Handle splits requests that name groups of several shards (DescribeGroups,
+// DeleteGroups, OffsetFetch v8+, ListGroups) and merges the answers.
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/store"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Config configures a Coordinator.
+type Config struct {
+	// Shards is the number of shards (default 8, or the store's own count
+	// when the store reports one). It must match the store's.
+	Shards int
+	// Group configures the state machines.
+	Group group.Config
+	// Store holds the records; required. The coordinator does not close it.
+	Store store.Store
+	// Clock defaults to RealClock.
+	Clock Clock
+	// OffsetsRetentionCheckInterval is offsets.retention.check.interval.ms
+	// (default 10 minutes).
+	OffsetsRetentionCheckInterval time.Duration
+	// Logger defaults to slog.Default.
+	Logger *slog.Logger
+	// Seed seeds member-id generation. It must differ per start so member
+	// ids are not reused across restarts; 0 means the wall-clock time at
+	// start.
+	Seed uint64
+}
+
+// Coordinator serves the group APIs over sharded group machines.
+type Coordinator struct {
+	cfg       Config
+	shards    []*shard
+	closeOnce sync.Once
+}
+
+// New starts a coordinator: one goroutine per shard, each of which first
+// loads its records from the store.
+func New(cfg Config) *Coordinator {
+	if cfg.Store == nil {
+		panic("coordinator: Config.Store is required")
+	}
+	if sc, ok := cfg.Store.(interface{ Shards() int }); ok {
+		if cfg.Shards == 0 {
+			cfg.Shards = sc.Shards()
+		} else if cfg.Shards != sc.Shards() {
+			panic(fmt.Sprintf("coordinator: %d shards over a store routed by %d", cfg.Shards, sc.Shards()))
+		}
+	}
+	if cfg.Shards <= 0 {
+		cfg.Shards = 8
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = RealClock()
+	}
+	if cfg.OffsetsRetentionCheckInterval <= 0 {
+		cfg.OffsetsRetentionCheckInterval = 10 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Seed == 0 {
+		// Real time, not the configured clock: a virtual clock starts
+		// at the same instant every run.
+		cfg.Seed = uint64(time.Now().UnixNano())
+	}
+	c := &Coordinator{cfg: cfg}
+	shared := cfg.Group.NewMemberID
+	var sharedMu sync.Mutex
+	for i := 0; i < cfg.Shards; i++ {
+		gcfg := cfg.Group
+		if shared == nil {
+			gcfg.NewMemberID = group.SeededMemberIDs(mix(cfg.Seed + uint64(i)))
+		} else {
+			// A caller-supplied generator is shared by all shard
+			// goroutines.
+			gcfg.NewMemberID = func(prefix string) string {
+				sharedMu.Lock()
+				defer sharedMu.Unlock()
+				return shared(prefix)
+			}
+		}
+		c.shards = append(c.shards, newShard(i, &cfg, gcfg))
+	}
+	for _, s := range c.shards {
+		go s.run()
+	}
+	return c
+}
+
+// mix is splitmix64's finalizer: it gives each shard an unrelated stream.
+func mix(z uint64) uint64 {
+	z += 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+func (c *Coordinator) shardOf(groupID string) *shard {
+	return c.shards[store.ShardOf(groupID, len(c.shards))]
+}
+
+// Close stops the shards after the events already queued. Requests still
+// parked (a JoinGroup waiting for its rebalance) are answered with
+// NOT_COORDINATOR, and later calls get NOT_COORDINATOR at once. Close waits
+// for the shard goroutines; a shard blocked in store.Load keeps it waiting.
+func (c *Coordinator) Close() error {
+	c.closeOnce.Do(func() {
+		for _, s := range c.shards {
+			s.close()
+		}
+		for _, s := range c.shards {
+			<-s.done
+		}
+	})
+	return nil
+}
+
+// History returns a group's rebalance history (nil if the group is unknown
+// or its shard is not serving).
+func (c *Coordinator) History(groupID string) []group.Rebalance {
+	var h []group.Rebalance
+	c.shardOf(groupID).runFunc(func(m *group.Machine) { h = m.History(groupID) })
+	return h
+}
+
+// barrier waits until every shard has released the replies of all events
+// queued before it. Tests use it after moving the clock.
+func (c *Coordinator) barrier() {
+	for _, s := range c.shards {
+		s.runFunc(func(*group.Machine) {})
+	}
+}
+
+// Handle serves one group request. It blocks until the reply is released,
+// which for a parked JoinGroup can take as long as a rebalance; if ctx ends
+// first it returns ctx.Err() (the shard still completes the request, and
+// its reply is dropped).
+func (c *Coordinator) Handle(ctx context.Context, clientID, clientHost string, req kmsg.Request) (kmsg.Response, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	switch r := req.(type) {
+	case *kmsg.JoinGroupRequest:
+		return c.single(ctx, r.Group, clientID, clientHost, req)
+	case *kmsg.SyncGroupRequest:
+		return c.single(ctx, r.Group, clientID, clientHost, req)
+	case *kmsg.HeartbeatRequest:
+		return c.single(ctx, r.Group, clientID, clientHost, req)
+	case *kmsg.LeaveGroupRequest:
+		return c.single(ctx, r.Group, clientID, clientHost, req)
+	case *kmsg.OffsetCommitRequest:
+		return c.single(ctx, r.Group, clientID, clientHost, req)
+	case *kmsg.OffsetDeleteRequest:
+		return c.single(ctx, r.Group, clientID, clientHost, req)
+	case *kmsg.OffsetFetchRequest:
+		if r.Version < 8 {
+			return c.single(ctx, r.Group, clientID, clientHost, req)
+		}
+		return c.offsetFetchGroups(ctx, clientID, clientHost, r)
+	case *kmsg.DescribeGroupsRequest:
+		return c.describeGroups(ctx, clientID, clientHost, r)
+	case *kmsg.DeleteGroupsRequest:
+		return c.deleteGroups(ctx, clientID, clientHost, r)
+	case *kmsg.ListGroupsRequest:
+		return c.listGroups(ctx, clientID, clientHost, r)
+	}
+	return nil, fmt.Errorf("coordinator: unsupported request %T", req)
+}
+
+func (c *Coordinator) single(ctx context.Context, groupID, clientID, clientHost string, req kmsg.Request) (kmsg.Response, error) {
+	return c.shardOf(groupID).do(ctx, clientID, clientHost, req)
+}
+
+// do sends req to the shard and waits for its reply or ctx.
+func (s *shard) do(ctx context.Context, clientID, clientHost string, req kmsg.Request) (kmsg.Response, error) {
+	cl := &call{req: req, clientID: clientID, clientHost: clientHost, reply: make(chan kmsg.Response, 1)}
+	if resp := s.submit(cl); resp != nil {
+		return resp, nil
+	}
+	select {
+	case resp := <-cl.reply:
+		return resp, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// part is the slice of a multi-group request that one shard serves: idx are
+// the positions, in the original request, of the groups it names.
+type part struct {
+	shard *shard
+	idx   []int
+	req   kmsg.Request
+	resp  kmsg.Response
+}
+
+// split groups the positions of ids by shard, in shard order.
+func (c *Coordinator) split(ids []string) []*part {
+	byShard := map[int]*part{}
+	for i, id := range ids {
+		n := store.ShardOf(id, len(c.shards))
+		p := byShard[n]
+		if p == nil {
+			p = &part{shard: c.shards[n]}
+			byShard[n] = p
+		}
+		p.idx = append(p.idx, i)
+	}
+	keys := make([]int, 0, len(byShard))
+	for n := range byShard {
+		keys = append(keys, n)
+	}
+	sort.Ints(keys)
+	parts := make([]*part, len(keys))
+	for i, n := range keys {
+		parts[i] = byShard[n]
+	}
+	return parts
+}
+
+// gather sends every part to its shard concurrently and waits for all.
+func gather(ctx context.Context, clientID, clientHost string, parts []*part) error {
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i, p := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.resp, errs[i] = p.shard.do(ctx, clientID, clientHost, p.req)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mismatch reports a shard answer that does not line up with its part; the
+// machine answers one entry per group asked, so this is a bug.
+func mismatch(kind string, want, got int) error {
+	return fmt.Errorf("coordinator: %s shard answered %d groups for %d asked", kind, got, want)
+}
+
+func (c *Coordinator) describeGroups(ctx context.Context, clientID, clientHost string, r *kmsg.DescribeGroupsRequest) (kmsg.Response, error) {
+	parts := c.split(r.Groups)
+	if len(parts) <= 1 {
+		if len(parts) == 0 {
+			return ErrorResponse(r, 0), nil
+		}
+		return parts[0].shard.do(ctx, clientID, clientHost, r)
+	}
+	for _, p := range parts {
+		sub := *r
+		sub.Groups = make([]string, len(p.idx))
+		for j, i := range p.idx {
+			sub.Groups[j] = r.Groups[i]
+		}
+		p.req = &sub
+	}
+	if err := gather(ctx, clientID, clientHost, parts); err != nil {
+		return nil, err
+	}
+	out := kmsg.NewPtrDescribeGroupsResponse()
+	out.Version = r.Version
+	out.Groups = make([]kmsg.DescribeGroupsResponseGroup, len(r.Groups))
+	for _, p := range parts {
+		got := p.resp.(*kmsg.DescribeGroupsResponse).Groups
+		if len(got) != len(p.idx) {
+			return nil, mismatch("DescribeGroups", len(p.idx), len(got))
+		}
+		for j, i := range p.idx {
+			out.Groups[i] = got[j]
+		}
+	}
+	return out, nil
+}
+
+func (c *Coordinator) deleteGroups(ctx context.Context, clientID, clientHost string, r *kmsg.DeleteGroupsRequest) (kmsg.Response, error) {
+	parts := c.split(r.Groups)
+	if len(parts) <= 1 {
+		if len(parts) == 0 {
+			return ErrorResponse(r, 0), nil
+		}
+		return parts[0].shard.do(ctx, clientID, clientHost, r)
+	}
+	for _, p := range parts {
+		sub := *r
+		sub.Groups = make([]string, len(p.idx))
+		for j, i := range p.idx {
+			sub.Groups[j] = r.Groups[i]
+		}
+		p.req = &sub
+	}
+	if err := gather(ctx, clientID, clientHost, parts); err != nil {
+		return nil, err
+	}
+	out := kmsg.NewPtrDeleteGroupsResponse()
+	out.Version = r.Version
+	out.Groups = make([]kmsg.DeleteGroupsResponseGroup, len(r.Groups))
+	for _, p := range parts {
+		got := p.resp.(*kmsg.DeleteGroupsResponse).Groups
+		if len(got) != len(p.idx) {
+			return nil, mismatch("DeleteGroups", len(p.idx), len(got))
+		}
+		for j, i := range p.idx {
+			out.Groups[i] = got[j]
+		}
+	}
+	return out, nil
+}
+
+func (c *Coordinator) offsetFetchGroups(ctx context.Context, clientID, clientHost string, r *kmsg.OffsetFetchRequest) (kmsg.Response, error) {
+	ids := make([]string, len(r.Groups))
+	for i, g := range r.Groups {
+		ids[i] = g.Group
+	}
+	parts := c.split(ids)
+	if len(parts) <= 1 {
+		if len(parts) == 0 {
+			return ErrorResponse(r, 0), nil
+		}
+		return parts[0].shard.do(ctx, clientID, clientHost, r)
+	}
+	for _, p := range parts {
+		sub := *r
+		sub.Groups = make([]kmsg.OffsetFetchRequestGroup, len(p.idx))
+		for j, i := range p.idx {
+			sub.Groups[j] = r.Groups[i]
+		}
+		p.req = &sub
+	}
+	if err := gather(ctx, clientID, clientHost, parts); err != nil {
+		return nil, err
+	}
+	out := kmsg.NewPtrOffsetFetchResponse()
+	out.Version = r.Version
+	out.Groups = make([]kmsg.OffsetFetchResponseGroup, len(r.Groups))
+	for _, p := range parts {
+		got := p.resp.(*kmsg.OffsetFetchResponse).Groups
+		if len(got) != len(p.idx) {
+			return nil, mismatch("OffsetFetch", len(p.idx), len(got))
+		}
+		for j, i := range p.idx {
+			out.Groups[i] = got[j]
+		}
+	}
+	return out, nil
+}
+
+// listGroups asks every shard. Groups come back sorted by id; a shard that
+// is still loading makes the whole answer COORDINATOR_LOAD_IN_PROGRESS
+// alongside the groups the other shards know, as Kafka does.
+func (c *Coordinator) listGroups(ctx context.Context, clientID, clientHost string, r *kmsg.ListGroupsRequest) (kmsg.Response, error) {
+	parts := make([]*part, len(c.shards))
+	for i, s := range c.shards {
+		parts[i] = &part{shard: s, req: r}
+	}
+	if err := gather(ctx, clientID, clientHost, parts); err != nil {
+		return nil, err
+	}
+	out := kmsg.NewPtrListGroupsResponse()
+	out.Version = r.Version
+	for _, p := range parts {
+		got := p.resp.(*kmsg.ListGroupsResponse)
+		if out.ErrorCode == 0 {
+			out.ErrorCode = got.ErrorCode
+		}
+		out.Groups = append(out.Groups, got.Groups...)
+	}
+	sort.Slice(out.Groups, func(i, j int) bool { return out.Groups[i].Group < out.Groups[j].Group })
+	return out, nil
+}
