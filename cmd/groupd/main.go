@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/groupd/groupd/internal/app"
+	"github.com/groupd/groupd/internal/group"
 	"github.com/groupd/groupd/internal/partition"
 )
 
@@ -63,6 +64,9 @@ func serveCmd() *cobra.Command {
 				return fmt.Errorf("--fsync: %w", err)
 			}
 			cfg.Log.Sync = pol
+			if cfg.Group.InitialRebalanceDelay <= 0 {
+				cfg.Group.InitialRebalanceDelay = -1 // the machine's "no delay"
+			}
 			cfg.Logger = log
 			if advertise != "" {
 				host, port, err := splitHostPort(advertise)
@@ -103,6 +107,13 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&fsync, "fsync", "always", "when partition logs are fsynced: always (before a produce is acknowledged), interval (every --fsync-interval), never (left to the OS)")
 	f.DurationVar(&cfg.Log.SyncInterval, "fsync-interval", time.Second, "fsync period for --fsync=interval")
 	f.Int64Var(&cfg.Log.SegmentBytes, "segment-bytes", 256<<20, "roll a partition's segment file after this many bytes")
+	g := group.DefaultConfig()
+	f.DurationVar(&cfg.Group.InitialRebalanceDelay, "group-initial-rebalance-delay", g.InitialRebalanceDelay, "how long a new or empty group waits for more members before its first rebalance completes (group.initial.rebalance.delay.ms); 0 or less disables it")
+	f.DurationVar(&cfg.Group.MinSessionTimeout, "group-min-session-timeout", g.MinSessionTimeout, "smallest session timeout a member may ask for (group.min.session.timeout.ms)")
+	f.DurationVar(&cfg.Group.MaxSessionTimeout, "group-max-session-timeout", g.MaxSessionTimeout, "largest session timeout a member may ask for (group.max.session.timeout.ms)")
+	f.IntVar(&cfg.Group.MaxGroupSize, "group-max-size", g.MaxGroupSize, "most members a classic group may have (group.max.size)")
+	f.DurationVar(&cfg.Group.OffsetsRetention, "offsets-retention", g.OffsetsRetention, "how long committed offsets of an empty group are kept (offsets.retention.minutes)")
+	f.IntVar(&cfg.Group.OffsetMetadataMaxBytes, "offset-metadata-max-bytes", g.OffsetMetadataMaxBytes, "largest metadata string of a committed offset (offset.metadata.max.bytes)")
 	return cmd
 }
 

@@ -18,19 +18,21 @@ import (
 
 // Handler serves the API keys in the version table.
 type Handler struct {
-	b   *broker.Broker
-	log *slog.Logger
+	b     *broker.Broker
+	coord Coordinator
+	log   *slog.Logger
 	// advertised is the host and port Metadata gives clients.
 	host string
 	port int32
 }
 
-// New returns a Handler over b that advertises host:port in Metadata.
-func New(b *broker.Broker, host string, port int32, log *slog.Logger) *Handler {
+// New returns a Handler over the broker b and the group coordinator c that
+// advertises host:port in Metadata and FindCoordinator.
+func New(b *broker.Broker, c Coordinator, host string, port int32, log *slog.Logger) *Handler {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Handler{b: b, log: log, host: host, port: port}
+	return &Handler{b: b, coord: c, log: log, host: host, port: port}
 }
 
 type handlerFunc func(h *Handler, ctx context.Context, r *server.Request) (kmsg.Response, error)

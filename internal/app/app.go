@@ -9,13 +9,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strconv"
 	"sync"
 
 	"github.com/groupd/groupd/internal/api"
 	"github.com/groupd/groupd/internal/broker"
+	"github.com/groupd/groupd/internal/coordinator"
+	"github.com/groupd/groupd/internal/group"
 	"github.com/groupd/groupd/internal/partition"
 	"github.com/groupd/groupd/internal/server"
+	"github.com/groupd/groupd/internal/store"
 )
 
 // Config is everything needed to run groupd.
@@ -30,7 +34,10 @@ type Config struct {
 	DefaultPartitions int32
 	MaxRequestBytes   int32
 	Log               partition.Options
-	Logger            *slog.Logger
+	// Group configures the classic group protocol (zero fields take
+	// Kafka's defaults).
+	Group  group.Config
+	Logger *slog.Logger
 }
 
 // ErrStopped is reported by Done after Close.
@@ -39,6 +46,8 @@ var ErrStopped = server.ErrServerClosed
 // App is a running groupd.
 type App struct {
 	broker *broker.Broker
+	store  *store.Pebble
+	coord  *coordinator.Coordinator
 	srv    *server.Server
 	ln     net.Listener
 	adv    string
@@ -64,8 +73,21 @@ func Start(cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening data directory %s: %w", cfg.DataDir, err)
 	}
+	// Coordinator records are fsynced unless the operator chose to leave
+	// durability to the OS for the partition logs too.
+	st, err := store.OpenPebble(filepath.Join(cfg.DataDir, "coordinator"), store.Options{
+		Sync:   cfg.Log.Sync == partition.SyncAlways,
+		Logger: cfg.Logger,
+	})
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("opening coordinator store: %w", err)
+	}
+	coord := coordinator.New(coordinator.Config{Group: cfg.Group, Store: st, Logger: cfg.Logger})
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		coord.Close()
+		st.Close()
 		b.Close()
 		return nil, err
 	}
@@ -79,10 +101,10 @@ func Start(cfg Config) (*App, error) {
 	}
 	srv := server.New(server.Config{
 		MaxRequestBytes: cfg.MaxRequestBytes,
-		Handler:         api.New(b, host, port, cfg.Logger),
+		Handler:         api.New(b, coord, host, port, cfg.Logger),
 		Logger:          cfg.Logger,
 	})
-	a := &App{broker: b, srv: srv, ln: ln, adv: net.JoinHostPort(host, strconv.Itoa(int(port))), done: make(chan error, 1)}
+	a := &App{broker: b, store: st, coord: coord, srv: srv, ln: ln, adv: net.JoinHostPort(host, strconv.Itoa(int(port))), done: make(chan error, 1)}
 	go func() { a.done <- srv.Serve(ln) }()
 	return a, nil
 }
@@ -103,7 +125,9 @@ func (a *App) Done() <-chan error { return a.done }
 func (a *App) Close(ctx context.Context) error {
 	a.closeOnce.Do(func() {
 		err := a.srv.Shutdown(ctx)
-		a.closeErr = errors.Join(err, a.broker.Close())
+		// The coordinator answers its parked requests before the store
+		// under it closes.
+		a.closeErr = errors.Join(err, a.coord.Close(), a.store.Close(), a.broker.Close())
 	})
 	return a.closeErr
 }
