@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -23,12 +24,19 @@ func (h *Handler) produce(_ context.Context, r *server.Request) (kmsg.Response, 
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 
 	acksOK := req.Acks == 0 || req.Acks == 1 || req.Acks == -1
-	for _, rt := range req.Topics {
-		st := kmsg.NewProduceResponseTopic()
+	// Partitions are appended concurrently: each append may wait for its
+	// own fsync, and those waits overlap instead of adding up.
+	var wg sync.WaitGroup
+	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
+	for ti, rt := range req.Topics {
+		st := &resp.Topics[ti]
+		*st = kmsg.NewProduceResponseTopic()
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		st.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
 		t, topicErr := h.produceTopic(req.Version, rt)
-		for _, rp := range rt.Partitions {
-			sp := kmsg.NewProduceResponseTopicPartition()
+		for pi, rp := range rt.Partitions {
+			sp := &st.Partitions[pi]
+			*sp = kmsg.NewProduceResponseTopicPartition()
 			sp.Partition = rp.Partition
 			sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = -1, -1, -1
 			var err error
@@ -43,24 +51,29 @@ func (h *Handler) produce(_ context.Context, r *server.Request) (kmsg.Response, 
 			case topicErr != nil:
 				err = topicErr
 			default:
-				err = h.producePartition(t, rp, &sp)
+				wg.Go(func() { h.setProduceError(req.Version, rt.Topic, sp, h.producePartition(t, rp, sp)) })
+				continue
 			}
-			if err != nil {
-				sp.ErrorCode = produceErrCode(err)
-				if req.Version >= 8 {
-					sp.ErrorMessage = errMessage(err)
-				}
-				h.log.Debug("produce rejected", "topic", rt.Topic, "partition", rp.Partition, "err", err)
-			}
-			st.Partitions = append(st.Partitions, sp)
+			h.setProduceError(req.Version, rt.Topic, sp, err)
 		}
-		resp.Topics = append(resp.Topics, st)
 	}
+	wg.Wait()
 	if req.Acks == 0 {
 		// The client reads no reply; errors only reach the log.
 		return nil, nil
 	}
 	return resp, nil
+}
+
+func (h *Handler) setProduceError(version int16, topic string, sp *kmsg.ProduceResponseTopicPartition, err error) {
+	if err == nil {
+		return
+	}
+	sp.ErrorCode = produceErrCode(err)
+	if version >= 8 {
+		sp.ErrorMessage = errMessage(err)
+	}
+	h.log.Debug("produce rejected", "topic", topic, "partition", sp.Partition, "err", err)
 }
 
 func (h *Handler) produceTopic(version int16, rt kmsg.ProduceRequestTopic) (*broker.Topic, error) {

@@ -31,13 +31,13 @@ type benchTarget struct {
 	addr string
 }
 
-// benchTargets starts groupd (with the given fsync policy) and kfake, each
-// with the bench topic created.
-func benchTargets(b *testing.B, sync partition.SyncPolicy) []benchTarget {
+// benchTargets starts groupd (with the given fsync policy) and kfake (with
+// the given options), each with the bench topic created.
+func benchTargets(b *testing.B, sync partition.SyncPolicy, kfakeOpts ...kfake.Opt) []benchTarget {
 	b.Helper()
 	a := startServer(b, b.TempDir(), func(c *app.Config) { c.Log.Sync = sync })
 	createTopic(b, a.Addr(), benchTopic, benchPartitions)
-	kf, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(benchPartitions, benchTopic))
+	kf, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(benchPartitions, benchTopic)}, kfakeOpts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -74,8 +74,8 @@ func reportRatio(b *testing.B, secs map[string]time.Duration, bytes float64) {
 	b.ReportMetric(g/k, "ratio")
 }
 
-func benchmarkProduce(b *testing.B, sync partition.SyncPolicy) {
-	targets := benchTargets(b, sync)
+func benchmarkProduce(b *testing.B, sync partition.SyncPolicy, kfakeOpts ...kfake.Opt) {
+	targets := benchTargets(b, sync, kfakeOpts...)
 	clients := make(map[string]*kgo.Client)
 	for _, t := range targets {
 		clients[t.name] = newClient(b, t.addr, kgo.ProducerLinger(0), kgo.MaxBufferedRecords(benchRecords))
@@ -94,9 +94,15 @@ func benchmarkProduce(b *testing.B, sync partition.SyncPolicy) {
 	reportRatio(b, elapsed, float64(b.N)*benchRecords*benchRecordSize)
 }
 
+// BenchmarkProduceThroughput compares like with like: groupd without fsync
+// against kfake in memory, and groupd fsyncing every append against kfake
+// persisting to a data directory with synced writes.
 func BenchmarkProduceThroughput(b *testing.B) {
-	b.Run("fsync=always", func(b *testing.B) { benchmarkProduce(b, partition.SyncAlways) })
-	b.Run("fsync=never", func(b *testing.B) { benchmarkProduce(b, partition.SyncNever) })
+	b.Run("fsync=never/kfake=memory", func(b *testing.B) { benchmarkProduce(b, partition.SyncNever) })
+	b.Run("fsync=always/kfake=memory", func(b *testing.B) { benchmarkProduce(b, partition.SyncAlways) })
+	b.Run("fsync=always/kfake=sync-writes", func(b *testing.B) {
+		benchmarkProduce(b, partition.SyncAlways, kfake.DataDir(b.TempDir()), kfake.SyncWrites())
+	})
 }
 
 func BenchmarkFetchThroughput(b *testing.B) {
