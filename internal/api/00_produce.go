@@ -24,9 +24,16 @@ func (h *Handler) produce(_ context.Context, r *server.Request) (kmsg.Response, 
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 
 	acksOK := req.Acks == 0 || req.Acks == 1 || req.Acks == -1
-	// Partitions are appended concurrently: each append may wait for its
-	// own fsync, and those waits overlap instead of adding up.
-	var wg sync.WaitGroup
+	// Partitions are appended concurrently and without waiting for
+	// fsyncs; under --fsync=always the reply waits for them (see
+	// durableProduce).
+	var (
+		wg    sync.WaitGroup
+		syncs struct {
+			sync.Mutex
+			logs []pendingSync
+		}
+	)
 	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
 	for ti, rt := range req.Topics {
 		st := &resp.Topics[ti]
@@ -51,7 +58,15 @@ func (h *Handler) produce(_ context.Context, r *server.Request) (kmsg.Response, 
 			case topicErr != nil:
 				err = topicErr
 			default:
-				wg.Go(func() { h.setProduceError(req.Version, rt.Topic, sp, h.producePartition(t, rp, sp)) })
+				wg.Go(func() {
+					l, end, err := h.producePartition(t, rp, sp)
+					h.setProduceError(req.Version, rt.Topic, sp, err)
+					if err == nil && l.SyncsAppends() && req.Acks != 0 {
+						syncs.Lock()
+						syncs.logs = append(syncs.logs, pendingSync{sp, l, end})
+						syncs.Unlock()
+					}
+				})
 				continue
 			}
 			h.setProduceError(req.Version, rt.Topic, sp, err)
@@ -62,7 +77,43 @@ func (h *Handler) produce(_ context.Context, r *server.Request) (kmsg.Response, 
 		// The client reads no reply; errors only reach the log.
 		return nil, nil
 	}
+	if len(syncs.logs) > 0 {
+		return &durableProduce{ProduceResponse: resp, syncs: syncs.logs, h: h, version: req.Version}, nil
+	}
 	return resp, nil
+}
+
+// pendingSync is one partition whose append must be fsynced before the
+// reply: the response partition to fail if the fsync fails, and the log
+// offset the fsync must cover.
+type pendingSync struct {
+	sp  *kmsg.ProduceResponseTopicPartition
+	log *partition.Log
+	end int64
+}
+
+// durableProduce is a produce reply that the server sends only after Wait:
+// every appended partition is fsynced, concurrently and shared with the
+// appends that came after it.
+type durableProduce struct {
+	*kmsg.ProduceResponse
+	syncs   []pendingSync
+	h       *Handler
+	version int16
+}
+
+func (d *durableProduce) Wait() {
+	var wg sync.WaitGroup
+	for _, s := range d.syncs {
+		wg.Go(func() {
+			if err := s.log.SyncTo(s.end); err != nil {
+				d.h.log.Error("fsync of produced records failed", "partition", s.sp.Partition, "err", err)
+				s.sp.BaseOffset = -1
+				d.h.setProduceError(d.version, "", s.sp, kerr.KafkaStorageError)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func (h *Handler) setProduceError(version int16, topic string, sp *kmsg.ProduceResponseTopicPartition, err error) {
@@ -92,32 +143,35 @@ func (h *Handler) produceTopic(version int16, rt kmsg.ProduceRequestTopic) (*bro
 	return nil, kerr.UnknownTopicOrPartition
 }
 
-func (h *Handler) producePartition(t *broker.Topic, rp kmsg.ProduceRequestTopicPartition, sp *kmsg.ProduceResponseTopicPartition) error {
+// producePartition appends one partition's batch without waiting for an
+// fsync; it returns the log and the offset an fsync must cover before the
+// append may be acknowledged.
+func (h *Handler) producePartition(t *broker.Topic, rp kmsg.ProduceRequestTopicPartition, sp *kmsg.ProduceResponseTopicPartition) (*partition.Log, int64, error) {
 	l := t.Partition(rp.Partition)
 	if l == nil {
-		return kerr.UnknownTopicOrPartition
+		return nil, 0, kerr.UnknownTopicOrPartition
 	}
 	batches, err := batch.Split(rp.Records)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	// Since Produce v3 Kafka takes exactly one batch per partition, so a
 	// producer's batch is the unit of idempotent deduplication.
 	if len(batches) != 1 {
-		return fmt.Errorf("%w: %d batches for one partition; exactly one is allowed", batch.ErrInvalidRecord, len(batches))
+		return nil, 0, fmt.Errorf("%w: %d batches for one partition; exactly one is allowed", batch.ErrInvalidRecord, len(batches))
 	}
-	for _, b := range batches {
-		if hd, err := batch.ParseHeader(b); err == nil && batch.IsTransactional(hd.Attributes) {
-			return kerr.TransactionalIDAuthorizationFailed
-		}
+	if hd, err := batch.ParseHeader(batches[0]); err == nil && batch.IsTransactional(hd.Attributes) {
+		return nil, 0, kerr.TransactionalIDAuthorizationFailed
 	}
-	res, err := l.Append(batches)
+	// A duplicate's original may itself still await its fsync: the end
+	// offset covers it either way.
+	res, err := l.AppendDeferred(batches)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	sp.BaseOffset = res.BaseOffset
 	sp.LogStartOffset = l.LogStartOffset()
-	return nil
+	return l, res.LastOffset + 1, nil
 }
 
 // produceErrCode maps append failures to the codes a Kafka broker sends.

@@ -100,6 +100,11 @@ type Log struct {
 	start atomic.Int64
 	dirty atomic.Bool // appended since the last fsync
 
+	// syncMu serializes SyncTo's fsyncs; synced is the offset below which
+	// every record is known to be fsynced.
+	syncMu sync.Mutex
+	synced atomic.Int64
+
 	maxMu    sync.Mutex // guards maxCache
 	maxCache struct{ batchOffset, ts, offset int64 }
 
@@ -143,6 +148,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	l.start.Store(l.segs[0].base)
 	last := l.segs[len(l.segs)-1]
 	l.hw.Store(last.stats.next)
+	l.synced.Store(last.stats.next) // recovery read it back from the files
 	if opts.Sync == SyncInterval {
 		tick, stop := tickerFor(opts.SyncInterval)
 		l.syncerWG.Add(1)
@@ -322,6 +328,65 @@ func syncDir(dir string) error {
 // nothing is written and the result carries that batch's original offsets
 // with Duplicate set, as Kafka does.
 func (l *Log) Append(batches [][]byte) (AppendResult, error) {
+	return l.append(batches, l.opts.Sync == SyncAlways)
+}
+
+// AppendDeferred appends like Append but never waits for an fsync. Under
+// SyncAlways the caller makes the append durable with SyncTo before it
+// acknowledges it: a connection's pipelined produce requests then append
+// in order without each waiting for its own fsync, and share the fsyncs.
+// The records are readable before they are fsynced, as in Kafka, where
+// consumers read data the broker has not flushed.
+func (l *Log) AppendDeferred(batches [][]byte) (AppendResult, error) {
+	return l.append(batches, false)
+}
+
+// SyncTo returns once every record below offset end is fsynced.
+// Concurrent callers share fsyncs: each fsync covers everything appended
+// before it started, and a caller it did not cover starts the next one.
+func (l *Log) SyncTo(end int64) error {
+	if l.synced.Load() >= end {
+		return nil
+	}
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	if l.synced.Load() >= end {
+		return nil
+	}
+	// Everything below the high watermark has been written. Segments
+	// before the active one were fsynced when they were rolled, so one
+	// fsync of the active segment covers it all.
+	target := l.hw.Load()
+	l.mu.RLock()
+	closed := l.closed
+	f := l.segs[len(l.segs)-1].f
+	l.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	if err := f.Sync(); err != nil {
+		// As in append: after a failed fsync the page cache state is
+		// unknown, so the log stops taking writes.
+		l.wmu.Lock()
+		l.failed = fmt.Errorf("fsync: %w", err)
+		l.wmu.Unlock()
+		return err
+	}
+	l.advanceSynced(target)
+	return nil
+}
+
+// advanceSynced records that every record below end is fsynced.
+func (l *Log) advanceSynced(end int64) {
+	for {
+		cur := l.synced.Load()
+		if cur >= end || l.synced.CompareAndSwap(cur, end) {
+			return
+		}
+	}
+}
+
+func (l *Log) append(batches [][]byte, syncInline bool) (AppendResult, error) {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	if l.isClosed() {
@@ -421,7 +486,7 @@ func (l *Log) Append(batches [][]byte) (AppendResult, error) {
 		}
 		return AppendResult{}, err
 	}
-	if l.opts.Sync == SyncAlways {
+	if syncInline {
 		if err := seg.f.Sync(); err != nil {
 			// After a failed fsync the page cache state is unknown
 			// (the kernel may have dropped the dirty pages), so the log
@@ -450,6 +515,9 @@ func (l *Log) Append(batches [][]byte) (AppendResult, error) {
 	seg.stats = stats
 	seg.entries = append(seg.entries, newEntries...)
 	l.hw.Store(off)
+	if syncInline {
+		l.advanceSynced(off)
+	}
 	close(l.waitCh)
 	l.waitCh = make(chan struct{})
 	l.mu.Unlock()
@@ -476,6 +544,7 @@ func (l *Log) roll() (*segment, error) {
 		l.failed = fmt.Errorf("fsync on roll: %w", err)
 		return nil, err
 	}
+	l.advanceSynced(old.stats.next)
 	if err := old.idx.Sync(); err != nil {
 		l.log.Warn("index fsync failed", "segment", old.base, "err", err)
 	}
@@ -821,3 +890,7 @@ func (l *Log) Delete() error {
 
 // Dir is the log's directory.
 func (l *Log) Dir() string { return l.dir }
+
+// SyncsAppends reports whether appends must be fsynced before they are
+// acknowledged (SyncAlways): callers of AppendDeferred then call SyncTo.
+func (l *Log) SyncsAppends() bool { return l.opts.Sync == SyncAlways }

@@ -755,3 +755,39 @@ func BenchmarkRead(b *testing.B) {
 		}
 	}
 }
+
+// TestAppendDeferredSyncTo checks the deferred path: appends are readable
+// at once, SyncTo covers them (also across a segment roll), and a log that
+// is closed refuses to sync.
+func TestAppendDeferredSyncTo(t *testing.T) {
+	l, err := Open(t.TempDir(), Options{Sync: SyncAlways, SegmentBytes: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	for i := range 10 {
+		res, err := l.AppendDeferred([][]byte{batchtest.Build(batchtest.NonIdempotent(int64(i), batchtest.Values("0123456789abcdefghij")...))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = res.LastOffset
+		if l.HighWatermark() != last+1 {
+			t.Fatalf("deferred append not readable: high watermark %d, want %d", l.HighWatermark(), last+1)
+		}
+	}
+	if got := l.synced.Load(); got >= last+1 {
+		t.Fatalf("synced %d before SyncTo although the active segment was not fsynced", got)
+	}
+	if err := l.SyncTo(last + 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.synced.Load(); got != last+1 {
+		t.Fatalf("synced %d after SyncTo(%d)", got, last+1)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SyncTo(last + 5); !errors.Is(err, ErrClosed) {
+		t.Fatalf("SyncTo on a closed log: %v", err)
+	}
+}

@@ -40,6 +40,18 @@ type Handler interface {
 	Handle(ctx context.Context, r *Request) (kmsg.Response, error)
 }
 
+// Waiter is implemented by a response that may only be sent later: the
+// handler did, in request order, what had to be ordered (an append), and
+// Wait blocks until the response may be written (the append is durable).
+// Wait may still change the response, for example to report a failed
+// fsync. Waiting happens in reply order while later requests on the
+// connection are already being handled, so pipelined requests share the
+// wait.
+type Waiter interface {
+	kmsg.Response
+	Wait()
+}
+
 // Config configures a Server.
 type Config struct {
 	// MaxRequestBytes bounds a request frame; a larger frame closes the
@@ -292,6 +304,14 @@ func (c *conn) writeLoop() {
 		}
 		if r.resp == nil {
 			continue
+		}
+		if w, ok := r.resp.(Waiter); ok {
+			if len(c.replies) == 0 {
+				// Nothing else is ready: send what is buffered before
+				// blocking.
+				bw.Flush()
+			}
+			w.Wait()
 		}
 		buf = AppendResponse(buf[:0], r.corr, r.resp)
 		if _, err := bw.Write(buf); err != nil {
