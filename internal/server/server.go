@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -251,7 +252,13 @@ func (c *conn) readLoop() {
 				return
 			default:
 			}
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			switch {
+			case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
+			case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):
+				// The client hung up, possibly mid-frame: not our
+				// business to warn about.
+				log.Debug("connection closed by client", "err", err)
+			default:
 				log.Warn("closing connection: bad frame", "err", err)
 			}
 			return
