@@ -1,0 +1,34 @@
+// Package sim is a deterministic simulation of classic consumer groups under
+// faults, run over the real group state machine (internal/group), the real
+// in-memory store (internal/store) and the real assignors (assign).
+//
+// One seed fixes everything: the topics and groups, the simulated clients
+// (eager and cooperative protocols, static and dynamic members, old and new
+// request versions), the network's delays and losses, and the faults
+// (member crashes and pauses, lost responses and retries, static restarts
+// and shared instance ids, coordinator crashes before and after a write is
+// durable, failed store writes). The whole run happens in one goroutine on a
+// virtual clock driven by a priority queue of events ordered by (time,
+// sequence number); all randomness comes from one PCG stream seeded from the
+// seed, and maps are iterated in sorted order wherever the order could leak
+// into the run. The same seed therefore always produces the same trace.
+//
+// The coordinator model follows internal/coordinator's contract rather than
+// running it (the real runtime has goroutines and a real clock): step the
+// machine, mirror its deadlines, make its records durable with store.Apply,
+// and only then release its replies. A failed write rebuilds the machine from
+// the store with Replay and fails the held and parked requests with
+// COORDINATOR_NOT_AVAILABLE. A crash keeps only what the store made durable
+// (store.Memory.Crash), loses everything in flight, and restarts by replaying
+// the survivor.
+//
+// Checkers run after every step and delivery (see check.go): legal state
+// transitions, monotonic generations across restarts, disjoint and complete
+// assignments, the cooperative hand-over rule, one live member per static
+// instance id, fencing errors for stale and unknown members, durability of
+// acknowledged offset commits, offsets that never move backward, a Stable
+// group staying Stable across a restart, and liveness once faults stop.
+//
+// Harness switches (Bugs) deliberately break the runtime contract so tests
+// can show that each checker actually fires.
+package sim

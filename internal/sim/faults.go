@@ -1,0 +1,443 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/groupd/groupd/internal/group"
+)
+
+// params are the knobs a seed chooses once, at the start of a run.
+type params struct {
+	faultPhase time.Duration // faults and churn happen in [0, faultPhase)
+
+	netMin, netMax time.Duration // normal one-way latency
+	slowP          float64       // chance a message is slow (reordering)
+	slowMax        time.Duration
+	lossP          float64 // chance a response is lost
+
+	groupCommit bool          // hold a batch open for a while before Apply
+	flushMax    time.Duration // longest a batch stays open
+	storeFailP  float64       // chance a store write fails
+
+	faultGap time.Duration // mean gap between discrete faults
+	weights  [numFaults]int
+
+	initialDelay time.Duration
+	commitEvery  time.Duration
+
+	// Largest timeouts of any process, for the liveness bound.
+	maxSession, maxRebalance, maxReqTimeout time.Duration
+}
+
+type faultKind int
+
+const (
+	fMemberCrash faultKind = iota
+	fMemberPause
+	fStaticRestart
+	fSharedInstance
+	fCoordCrash
+	fStoreFail
+	fMemberJoin
+	fMemberLeave
+	numFaults
+)
+
+var faultNames = [numFaults]string{
+	fMemberCrash:    "member-crash",
+	fMemberPause:    "member-pause",
+	fStaticRestart:  "static-restart",
+	fSharedInstance: "shared-instance-id",
+	fCoordCrash:     "coordinator-crash",
+	fStoreFail:      "store-write-failure",
+	fMemberJoin:     "member-join",
+	fMemberLeave:    "member-leave",
+}
+
+// groupSpec is one consumer group of the run and the topics it consumes.
+type groupSpec struct {
+	id     string
+	topics map[string]int32
+	names  []string // sorted topic names
+	// configs are the protocol lists processes of this group may be
+	// started with; mixing them models a rolling upgrade.
+	configs    [][]string
+	staticP    float64
+	nextStatic int
+	procs      []*process
+}
+
+// partitions returns every partition of the given topics, sorted.
+func (g *groupSpec) partitions(topics []string) []tp {
+	var out []tp
+	for _, t := range topics {
+		for p := int32(0); p < g.topics[t]; p++ {
+			out = append(out, tp{t, p})
+		}
+	}
+	sortTPs(out)
+	return out
+}
+
+var protocolConfigs = [][][]string{
+	{{"range"}},
+	{{"roundrobin"}},
+	{{"sticky"}},
+	{{"sticky", "range"}},
+	{{"cooperative-sticky"}},
+	{{"cooperative-sticky"}},
+	// Rolling upgrades: eager members that already list the cooperative
+	// assignor beside cooperative-only members, and the first step of
+	// the upgrade where range is still common to all.
+	{{"cooperative-sticky", "range"}, {"cooperative-sticky"}},
+	{{"range"}, {"cooperative-sticky", "range"}},
+}
+
+func (w *world) setup() {
+	p := &w.p
+	p.faultPhase = w.between(20*time.Second, 120*time.Second)
+	p.netMin = w.between(0, 2*time.Millisecond)
+	p.netMax = p.netMin + w.between(1*time.Millisecond, 30*time.Millisecond)
+	if w.chance(0.7) {
+		p.slowP = pick(w, []float64{0.01, 0.05, 0.2})
+		p.slowMax = w.between(50*time.Millisecond, 5*time.Second)
+	}
+	if w.chance(0.6) {
+		p.lossP = pick(w, []float64{0.002, 0.01, 0.05})
+	}
+	p.groupCommit = w.chance(0.5)
+	p.flushMax = w.between(0, 50*time.Millisecond)
+	if w.chance(0.4) {
+		p.storeFailP = pick(w, []float64{0.005, 0.02, 0.1})
+	}
+	p.faultGap = w.between(500*time.Millisecond, 10*time.Second)
+	for k := range p.weights {
+		if w.chance(0.7) {
+			p.weights[k] = 1 + w.intn(4)
+		}
+	}
+	p.initialDelay = pick(w, []time.Duration{-1, 0, time.Second, 3 * time.Second})
+	p.commitEvery = w.between(200*time.Millisecond, 5*time.Second)
+
+	w.coord = newCoordinator(w)
+	w.chk = newChecker(w)
+
+	ngroups := 1
+	if w.chance(0.3) {
+		ngroups = 2
+	}
+	for i := range ngroups {
+		g := &groupSpec{id: fmt.Sprintf("g%d", i), topics: map[string]int32{}}
+		for t := range 1 + w.intn(3) {
+			name := fmt.Sprintf("%s.t%d", g.id, t)
+			n := int32(1 + w.intn(8))
+			if w.chance(0.1) {
+				n = int32(9 + w.intn(24))
+			}
+			g.topics[name] = n
+			g.names = append(g.names, name)
+		}
+		sort.Strings(g.names)
+		g.configs = pick(w, protocolConfigs)
+		g.staticP = pick(w, []float64{0, 0, 0.5, 1})
+		w.groups = append(w.groups, g)
+		w.chk.addGroup(g)
+	}
+	w.logf("setup faultPhase=%v net=[%v,%v] slow=%.3f/%v loss=%.3f groupCommit=%v flush=%v storeFail=%.3f faultGap=%v weights=%v initialDelay=%v",
+		p.faultPhase, p.netMin, p.netMax, p.slowP, p.slowMax, p.lossP, p.groupCommit, p.flushMax, p.storeFailP, p.faultGap, p.weights, p.initialDelay)
+	for _, g := range w.groups {
+		w.logf("group %s topics=%v configs=%v static=%.1f", g.id, g.topics, g.configs, g.staticP)
+		for range 1 + w.intn(5) {
+			pr := w.newProcess(g, "")
+			w.after(w.between(0, 2*time.Second), pr.start)
+		}
+	}
+	w.coord.start()
+	w.scheduleFault()
+	w.quietAt = start.Add(p.faultPhase)
+	w.at(w.quietAt, w.enterQuiet)
+}
+
+// newProcess creates a client process of g. A non-empty instance id makes
+// it static with that id (a restart or a second process sharing the id).
+func (w *world) newProcess(g *groupSpec, instanceID string) *process {
+	if instanceID == "" && w.chance(g.staticP) {
+		instanceID = fmt.Sprintf("%s-i%d", g.id, g.nextStatic)
+		g.nextStatic++
+	}
+	pr := newProcess(w, g, len(w.procs), instanceID, pick(w, g.configs))
+	w.procs = append(w.procs, pr)
+	g.procs = append(g.procs, pr)
+	w.p.maxSession = max(w.p.maxSession, pr.session)
+	w.p.maxRebalance = max(w.p.maxRebalance, pr.rebalance)
+	w.p.maxReqTimeout = max(w.p.maxReqTimeout, pr.reqTimeout, pr.rebalance+joinTimeoutSlack)
+	return pr
+}
+
+func (w *world) scheduleFault() {
+	gap := time.Duration(w.rng.ExpFloat64() * float64(w.p.faultGap))
+	w.after(gap.Round(time.Millisecond), func() {
+		if w.quiet {
+			return
+		}
+		w.injectFault()
+		w.scheduleFault()
+	})
+}
+
+func (w *world) injectFault() {
+	total := 0
+	for _, x := range w.p.weights {
+		total += x
+	}
+	if total == 0 {
+		return
+	}
+	r := w.intn(total)
+	k := faultKind(0)
+	for ; k < numFaults; k++ {
+		if r < w.p.weights[k] {
+			break
+		}
+		r -= w.p.weights[k]
+	}
+	g := pick(w, w.groups)
+	live := g.live()
+	switch k {
+	case fMemberCrash:
+		if len(live) == 0 {
+			return
+		}
+		pr := pick(w, live)
+		pr.crash()
+		if w.chance(0.5) {
+			// A dynamic consumer restarted is simply a new member;
+			// a static one comes back under its instance id.
+			w.after(w.between(100*time.Millisecond, 2*pr.session), func() {
+				if !w.quiet {
+					w.newProcess(g, pr.instanceID).start()
+				}
+			})
+		}
+	case fMemberPause:
+		if len(live) == 0 {
+			return
+		}
+		pr := pick(w, live)
+		var d time.Duration
+		switch w.intn(3) {
+		case 0:
+			d = w.between(100*time.Millisecond, pr.session)
+		case 1:
+			d = pr.session + w.between(0, pr.session)
+		default:
+			d = pr.rebalance + w.between(0, pr.session)
+		}
+		pr.pause(d)
+	case fStaticRestart:
+		var statics []*process
+		for _, pr := range live {
+			if pr.instanceID != "" {
+				statics = append(statics, pr)
+			}
+		}
+		if len(statics) == 0 {
+			return
+		}
+		pr := pick(w, statics)
+		pr.crash()
+		w.after(w.between(0, pr.session+pr.session/2), func() {
+			if !w.quiet {
+				w.newProcess(g, pr.instanceID).start()
+			}
+		})
+	case fSharedInstance:
+		var statics []*process
+		for _, pr := range live {
+			if pr.instanceID != "" {
+				statics = append(statics, pr)
+			}
+		}
+		if len(statics) == 0 {
+			return
+		}
+		pr := pick(w, statics)
+		w.newProcess(g, pr.instanceID).start()
+	case fCoordCrash:
+		w.coord.crashFault()
+	case fStoreFail:
+		if w.coord.up {
+			w.coord.failNextWrite = 1 + w.intn(2)
+		}
+	case fMemberJoin:
+		if len(g.procs) < 14 {
+			w.newProcess(g, "").start()
+		}
+	case fMemberLeave:
+		if len(live) == 0 {
+			return
+		}
+		pick(w, live).close()
+	}
+	w.count("fault." + faultNames[k])
+	w.logf("fault %s group=%s", faultNames[k], g.id)
+}
+
+// live returns the group's processes that are running (maybe paused) and
+// not fenced or closing.
+func (g *groupSpec) live() []*process {
+	var out []*process
+	for _, pr := range g.procs {
+		if pr.alive && !pr.fatal && !pr.leaving {
+			out = append(out, pr)
+		}
+	}
+	return out
+}
+
+// enterQuiet ends the fault phase: the network becomes reliable, paused
+// processes resume, the coordinator is up, and from now on the groups must
+// converge within the liveness bound.
+func (w *world) enterQuiet() {
+	w.quiet = true
+	w.p.lossP, w.p.slowP, w.p.storeFailP = 0, 0, 0
+	w.coord.failNextWrite = 0
+	w.coord.crashAtFlush = 0
+	if !w.coord.up {
+		w.coord.restart()
+	}
+	for _, pr := range w.procs {
+		if pr.paused {
+			pr.resume()
+		}
+	}
+	w.deadline = w.now.Add(w.livenessBound())
+	w.logf("quiet: faults stop; groups must converge by %.3fs", w.deadline.Sub(start).Seconds())
+	w.after(0, w.checkConverged)
+}
+
+// livenessBound is how long after the last fault the groups may take to
+// converge: a client may need a full request timeout to notice a lost
+// response, then a departed member's session must expire, then a join phase
+// and a sync phase (each bounded by the rebalance timeout) must finish;
+// a cooperative hand-over needs a second, quick round, and the initial
+// rebalance delay can stretch an empty group's first join phase.
+func (w *world) livenessBound() time.Duration {
+	p := w.p
+	return p.maxReqTimeout + p.maxSession + 2*p.maxRebalance + 2*max(p.initialDelay, 0) + 5*time.Second
+}
+
+// checkConverged polls convergence; once every group has converged it keeps
+// running for a stability window and checks that nothing moved.
+func (w *world) checkConverged() {
+	w.chk.count("liveness")
+	ok, why := w.converged()
+	if !ok {
+		if w.now.After(w.deadline) {
+			w.fail("liveness", fmt.Sprintf("groups did not converge within %v after faults stopped: %s", w.livenessBound(), why))
+			return
+		}
+		w.after(250*time.Millisecond, w.checkConverged)
+		return
+	}
+	gens := map[string]int32{}
+	for _, g := range w.groups {
+		_, gens[g.id] = w.coord.m.GroupState(g.id)
+	}
+	w.logf("converged")
+	w.after(w.p.maxSession+time.Second, func() {
+		ok, why := w.converged()
+		if !ok {
+			if w.now.After(w.deadline) {
+				w.fail("stability", "converged groups moved again without faults after the liveness bound: "+why)
+				return
+			}
+			w.count("run.reconverge")
+			w.logf("groups moved after converging (%s); converging again", why)
+			w.after(0, w.checkConverged)
+			return
+		}
+		for _, g := range w.groups {
+			if _, gen := w.coord.m.GroupState(g.id); gen != gens[g.id] {
+				// A fault's aftermath can still move a converged
+				// group (a member that lost a response may miss its
+				// session deadline); that is allowed within the
+				// bound, so converge again.
+				if w.now.After(w.deadline) {
+					w.fail("stability", fmt.Sprintf("group %s rebalanced without faults after the liveness bound: generation %d -> %d", g.id, gens[g.id], gen))
+					return
+				}
+				w.count("run.reconverge")
+				w.logf("group %s moved after converging (generation %d -> %d); converging again", g.id, gens[g.id], gen)
+				w.after(0, w.checkConverged)
+				return
+			}
+		}
+		w.done = true
+	})
+}
+
+// converged reports whether every group is Stable with exactly its live
+// processes as members, all synced to the current generation, owning
+// disjoint partitions that cover every subscribed partition; or Empty when
+// no process is left.
+func (w *world) converged() (bool, string) {
+	c := w.coord
+	if !c.up {
+		return false, "coordinator down"
+	}
+	for _, g := range w.groups {
+		var live []*process
+		for _, pr := range g.procs {
+			if pr.alive && !pr.fatal {
+				live = append(live, pr)
+			}
+		}
+		st, gen := c.m.GroupState(g.id)
+		if len(live) == 0 {
+			if st != group.Empty && st != group.Dead {
+				return false, fmt.Sprintf("group %s has no processes but is %s", g.id, st)
+			}
+			continue
+		}
+		if st != group.Stable {
+			return false, fmt.Sprintf("group %s is %s (generation %d)", g.id, st, gen)
+		}
+		d := c.describe(g.id)
+		members := map[string]bool{}
+		for _, m := range d.Members {
+			members[m.MemberID] = true
+		}
+		if len(members) != len(live) {
+			return false, fmt.Sprintf("group %s has %d members for %d live processes", g.id, len(members), len(live))
+		}
+		owner := map[tp]string{}
+		var topics []string
+		for _, pr := range live {
+			if !members[pr.memberID] {
+				return false, fmt.Sprintf("group %s: process %s (member %q) is not a member", g.id, pr.name, pr.memberID)
+			}
+			if pr.state != psStable || pr.needRejoin || pr.generation != gen || len(pr.revoking) > 0 || pr.leaving {
+				return false, fmt.Sprintf("group %s: process %s not settled (state %v gen %d/%d rejoin %v)", g.id, pr.name, pr.state, pr.generation, gen, pr.needRejoin)
+			}
+			for _, t := range pr.owned {
+				if o, ok := owner[t]; ok {
+					return false, fmt.Sprintf("group %s: %v owned by %s and %s", g.id, t, o, pr.name)
+				}
+				owner[t] = pr.name
+			}
+			topics = append(topics, pr.topics...)
+		}
+		slices.Sort(topics)
+		topics = slices.Compact(topics)
+		for _, t := range g.partitions(topics) {
+			if _, ok := owner[t]; !ok {
+				return false, fmt.Sprintf("group %s: %v not owned by any process", g.id, t)
+			}
+		}
+	}
+	return true, ""
+}
