@@ -347,3 +347,43 @@ func TestPropCooperative(t *testing.T) {
 		t.Fatalf("cooperative rebalance did not converge in 4 rounds")
 	})
 }
+
+// TestPropBalancedClasses covers larger groups whose members share a few
+// subscription patterns, the shape the sticky solver places per
+// subscription class: valid, balanced, order-independent, and a no-op
+// rebalance moves nothing.
+func TestPropBalancedClasses(t *testing.T) {
+	for _, as := range []Assignor{Sticky(), CooperativeSticky(), Uniform()} {
+		t.Run(as.Name(), func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				nt := rapid.IntRange(1, 8).Draw(t, "ntopics")
+				pr := problem{topics: map[string]int32{}}
+				for i := range nt {
+					name := fmt.Sprintf("t%d", i)
+					pr.names = append(pr.names, name)
+					pr.topics[name] = rapid.Int32Range(0, 40).Draw(t, "parts")
+				}
+				npat := rapid.IntRange(1, 4).Draw(t, "npatterns")
+				var pats [][]string
+				for range npat {
+					pats = append(pats, rapid.SliceOfNDistinct(rapid.SampledFrom(pr.names), 1, nt, rapid.ID[string]).Draw(t, "pattern"))
+				}
+				nm := rapid.IntRange(1, 40).Draw(t, "nmembers")
+				for i := range nm {
+					pat := pats[rapid.IntRange(0, npat-1).Draw(t, "pat")]
+					pr.members = append(pr.members, Member{ID: fmt.Sprintf("m%02d", i), Topics: pat, Generation: -1})
+				}
+				a := as.Assign(pr.members, pr.topics)
+				checkValid(t, pr, a, false)
+				checkBalanced(t, pr, a)
+				if b := as.Assign(shuffled(t, pr).members, pr.topics); asString(a) != asString(b) {
+					t.Fatalf("order-dependent:\n%s\n%s", asString(a), asString(b))
+				}
+				again := as.Assign(withOwned(pr.members, a, 1), pr.topics)
+				if countMoves(a, again) != 0 {
+					t.Fatalf("no-op rebalance moved partitions:\n%s\n%s", asString(a), asString(again))
+				}
+			})
+		})
+	}
+}

@@ -17,7 +17,7 @@ func (uniformAssignor) Name() string { return "uniform" }
 
 func (uniformAssignor) Assign(members []Member, topics map[string]int32) Assignment {
 	l := newLayout(members, topics)
-	e := newEngine(l)
+	e := newEngine(l, false)
 	e.claim(exactClaims)
 	e.solve()
 	return l.build(e.owner)

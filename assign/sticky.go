@@ -1,6 +1,7 @@
 package assign
 
 import (
+	"cmp"
 	"math"
 	"slices"
 )
@@ -42,7 +43,7 @@ func (s stickyAssignor) Name() string {
 
 func (s stickyAssignor) Assign(members []Member, topics map[string]int32) Assignment {
 	l := newLayout(members, topics)
-	e := newEngine(l)
+	e := newEngine(l, s.cooperative)
 	claimFn := stickyClaims
 	if s.cooperative {
 		claimFn = cooperativeClaims
@@ -106,16 +107,28 @@ type engine struct {
 	// highest-generation claim from a subscribed member, else noOwner.
 	prev []int32
 	// claimer is every raw claim, subscribed or not: noOwner, one member
-	// index, or manyOwner. Cooperative withholding consults it.
+	// index, or manyOwner. Cooperative withholding consults it; nil for
+	// the other assignors.
 	claimer []int32
 	load    []int32
+	// claimed is set when some partition has a previous owner.
+	claimed bool
 }
 
-func newEngine(l *layout) *engine {
+// newEngine allocates the solver; withClaimer keeps every raw claim, which
+// only cooperative withholding needs.
+func newEngine(l *layout, withClaimer bool) *engine {
 	e := &engine{l: l, nm: len(l.members)}
 	n := int(l.nparts)
-	buf := make([]int32, 3*n)
-	e.owner, e.prev, e.claimer = buf[:n:n], buf[n:2*n:2*n], buf[2*n:]
+	k := 2
+	if withClaimer {
+		k = 3
+	}
+	buf := make([]int32, k*n)
+	e.owner, e.prev = buf[:n:n], buf[n:2*n:2*n]
+	if withClaimer {
+		e.claimer = buf[2*n:]
+	}
 	for i := range buf {
 		buf[i] = noOwner
 	}
@@ -139,40 +152,65 @@ func (e *engine) subscribed(m int, t int32) bool {
 // but never make it the previous owner.
 func (e *engine) claim(claims func(*Member) ([]TopicPartitions, int32)) {
 	l := e.l
-	gen := make([]int32, l.nparts)
-	for i := range gen {
-		gen[i] = math.MinInt32
-	}
-	var idx []int32
+	var gen []int32
+	voided := false
 	for mi, m := range l.members {
 		owned, g := claims(m)
 		if len(owned) == 0 {
 			continue
 		}
-		idx = l.ownedIndexes(idx[:0], owned)
-		lastT, lastSub := int32(-1), false
-		for _, p := range idx {
-			switch c := e.claimer[p]; c {
-			case noOwner:
-				e.claimer[p] = int32(mi)
-			case int32(mi):
-				continue // the member listed the partition twice
-			default:
-				e.claimer[p] = manyOwner
-			}
-			if t := l.topicOf(p); t != lastT {
-				lastT, lastSub = t, e.subscribed(mi, t)
-			}
-			if !lastSub {
-				continue
-			}
-			switch {
-			case g > gen[p]:
-				gen[p], e.prev[p] = g, int32(mi)
-			case g == gen[p]:
-				e.prev[p] = manyOwner
+		if gen == nil {
+			gen = make([]int32, l.nparts)
+			for i := range gen {
+				gen[i] = math.MinInt32
 			}
 		}
+		me := int32(mi)
+		// Walk the claims topic by topic: one name lookup and one
+		// subscription check per topic rather than per partition.
+		guess := int32(0)
+		for _, tp := range owned {
+			t, ok := l.topicIndex(tp.Topic, guess)
+			if !ok {
+				continue
+			}
+			guess = t + 1
+			lo, n := l.base[t], l.count(t)
+			sub := e.subscribed(mi, t)
+			if !sub && e.claimer == nil {
+				continue
+			}
+			for _, q := range tp.Partitions {
+				if q < 0 || q >= n {
+					continue
+				}
+				p := lo + q
+				if e.claimer != nil {
+					switch c := e.claimer[p]; c {
+					case noOwner:
+						e.claimer[p] = me
+					case me:
+						continue // the member listed the partition twice
+					default:
+						e.claimer[p] = manyOwner
+					}
+				}
+				if !sub || e.prev[p] == me {
+					continue // unsubscribed, or listed twice
+				}
+				switch {
+				case g > gen[p]:
+					gen[p], e.prev[p] = g, me
+					e.claimed = true
+				case g == gen[p]:
+					e.prev[p] = manyOwner
+					voided = true
+				}
+			}
+		}
+	}
+	if !voided {
+		return
 	}
 	for p, o := range e.prev {
 		if o == manyOwner {
@@ -203,31 +241,7 @@ func (e *engine) solveHomogeneous() {
 	l, nm := e.l, int32(e.nm)
 	n := l.nparts
 	minQ, extra := n/nm, n%nm
-	// Members' previous partitions, in partition order.
-	for p, o := range e.prev {
-		if o >= 0 {
-			if e.load[o] < minQ {
-				e.owner[p] = o
-				e.load[o]++
-			}
-		}
-	}
-	// Second pass: members holding more than minQ keep one extra while
-	// extra slots remain, in partition order.
-	if extra > 0 {
-		hasExtra := make([]bool, nm)
-		for p, o := range e.prev {
-			if extra == 0 {
-				break
-			}
-			if o >= 0 && e.owner[p] == noOwner && !hasExtra[o] {
-				e.owner[p] = o
-				e.load[o]++
-				hasExtra[o] = true
-				extra--
-			}
-		}
-	}
+	e.keepQuota(minQ, &extra)
 	// Deal unassigned partitions: first fill every member to minQ, then
 	// hand out the remaining extras one each to members at minQ.
 	p := int32(0)
@@ -252,23 +266,50 @@ func (e *engine) solveHomogeneous() {
 	}
 }
 
+// keepQuota lets every member keep up to minQ of its previous partitions,
+// and then, while extra slots remain, one more for members that had more.
+// It consumes the extra slots it uses.
+func (e *engine) keepQuota(minQ int32, extra *int32) {
+	if !e.claimed {
+		return
+	}
+	nm := int32(e.nm)
+	for p, o := range e.prev {
+		if o >= 0 {
+			if e.load[o] < minQ {
+				e.owner[p] = o
+				e.load[o]++
+			}
+		}
+	}
+	// Second pass: members holding more than minQ keep one extra while
+	// extra slots remain, in partition order.
+	if *extra > 0 {
+		hasExtra := make([]bool, nm)
+		for p, o := range e.prev {
+			if *extra == 0 {
+				break
+			}
+			if o >= 0 && e.owner[p] == noOwner && !hasExtra[o] {
+				e.owner[p] = o
+				e.load[o]++
+				hasExtra[o] = true
+				*extra--
+			}
+		}
+	}
+}
+
 // solveGeneral handles differing subscriptions.
 //
 //  1. Keep every valid previous owner.
-//  2. Water-fill each topic's unassigned partitions onto its least-loaded
-//     subscribers, topics with the fewest subscribers first (they have the
-//     fewest choices), interleaving the topics in chunks.
-//  3. Repair: repeatedly take the most-loaded member u and search for a
-//     chain u → … → v along which each member hands the next one a
-//     partition the next one subscribes to, with load(v) ≤ load(u)−2.
-//     Shifting one partition along the chain lowers u and raises v by one.
-//     When no such chain exists for any member the loads are optimal: no
-//     maximum can go down without some minimum going down.
-//
-// A failed search from u proves that nobody u can reach is two below it;
-// since u is the maximum, none of them can improve either, and no later
-// chain can pass through them. They are marked dead and never searched or
-// crossed again, which bounds the work.
+//  2. Place the partitions nobody keeps by subscription class (see
+//     placeFree). The classes' shares are balanced in bulk, so the
+//     member-level repair below usually has little or nothing left to do.
+//     When subscriptions are mostly distinct, classes do not help and the
+//     interleaved greedy fill is used instead (see fillGreedy).
+//  3. Repair by chains until no chain of eligible members can bring a
+//     member two or more below another (see repair).
 func (e *engine) solveGeneral() {
 	l := e.l
 	nm, nt := e.nm, len(l.names)
@@ -292,21 +333,21 @@ func (e *engine) solveGeneral() {
 	}
 	subsOf := func(t int32) []int32 { return slist[sstart[t]:sstart[t+1]] }
 
-	// cnt[coff[m]+k] = partitions of topic subs[m][k] that m holds.
-	coff := make([]int32, nm+1)
-	for m, s := range l.subs {
-		coff[m+1] = coff[m] + int32(len(s))
-	}
 	// The count lookup sits in the repair's inner loop: use a dense
 	// member × topic matrix when it is small enough, else binary search
 	// each member's sorted subscription.
-	var cntAt func(m int, t int32) *int32
+	var cntAt func(m int32, t int32) *int32
 	if nm*nt <= 1<<22 {
 		dense := make([]int32, nm*nt)
-		cntAt = func(m int, t int32) *int32 { return &dense[m*nt+int(t)] }
+		cntAt = func(m int32, t int32) *int32 { return &dense[int(m)*nt+int(t)] }
 	} else {
+		// coff[m]+k indexes the count of m's k-th subscribed topic.
+		coff := make([]int32, nm+1)
+		for m, s := range l.subs {
+			coff[m+1] = coff[m] + int32(len(s))
+		}
 		cnt := make([]int32, coff[nm])
-		cntAt = func(m int, t int32) *int32 {
+		cntAt = func(m int32, t int32) *int32 {
 			k, _ := slices.BinarySearch(l.subs[m], t)
 			return &cnt[coff[m]+int32(k)]
 		}
@@ -319,18 +360,525 @@ func (e *engine) solveGeneral() {
 			e.load[o]++
 		}
 	}
+	t := int32(0)
 	for p, o := range e.owner {
+		for int32(p) >= l.base[t+1] {
+			t++
+		}
 		if o >= 0 {
-			*cntAt(int(o), l.topicOf(int32(p)))++
+			*cntAt(o, t)++
 		}
 	}
 
-	// 2. Water-fill, most constrained topics first. Each topic's free
-	// partitions are dealt in chunks of about one per subscriber, and the
-	// chunks of all topics are interleaved round by round, so every
-	// member's load grows at a similar pace; filling one topic completely
-	// before the next leaves members of late topics far behind and the
-	// repair below with a great deal to do.
+	free := false
+	for _, o := range e.owner {
+		if o == noOwner {
+			free = true
+			break
+		}
+	}
+	if !e.placeFree(cntAt) {
+		e.fillGreedy(sstart, slist, cntAt)
+	}
+	e.repair(subsOf, cntAt, !free)
+}
+
+// placeFree deals the partitions nobody keeps.
+//
+// Members with identical subscriptions are interchangeable, so the problem
+// is solved first for subscription classes: each topic's free partitions
+// are split among its subscribing classes in proportion to their sizes,
+// which is already exact for symmetric patterns (sliding windows, buckets).
+// Where it is not, whole batches are shifted along chains of classes — class
+// u hands part of its share of a topic to another subscriber class, which
+// hands part of another topic on, and so on — from the class with the
+// highest average load to one far enough below it, until no chain helps.
+// Moving batches keeps the number of chains near the number of classes
+// instead of the number of partitions; a greedy per-topic fill instead
+// leaves members of late topics behind and the member-level repair with
+// tens of thousands of single-partition chains on large groups.
+//
+// Each class's share is then dealt round-robin to its members, lowest-loaded
+// first, which balances the members of a class to within one.
+//
+// It reports false, placing nothing, when most classes would be single
+// members; the caller then uses fillGreedy.
+func (e *engine) placeFree(cntAt func(int32, int32) *int32) bool {
+	l := e.l
+	nm, nt := e.nm, len(l.names)
+
+	// Free partitions per topic, in partition order.
+	fstart := make([]int32, nt+1)
+	free := make([]int32, 0, l.nparts)
+	for t := range nt {
+		for p := l.base[t]; p < l.base[t+1]; p++ {
+			if e.owner[p] == noOwner {
+				free = append(free, p)
+			}
+		}
+		fstart[t+1] = int32(len(free))
+	}
+	if len(free) == 0 {
+		return true
+	}
+
+	// Classes, numbered in subscription order. Only the distinct interned
+	// subscriptions are sorted (by content, then sid, so the numbering is
+	// deterministic), equal neighbours merged, and the members then
+	// bucketed by class in index order.
+	first := make([]int32, l.nsid) // a member of each sid
+	for m := nm - 1; m >= 0; m-- {
+		first[l.sid[m]] = int32(m)
+	}
+	sids := make([]int32, l.nsid)
+	for i := range sids {
+		sids[i] = int32(i)
+	}
+	slices.SortFunc(sids, func(a, b int32) int {
+		if c := slices.Compare(l.subs[first[a]], l.subs[first[b]]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	clsOf := make([]int32, l.nsid)
+	nc0 := int32(0)
+	for i, id := range sids {
+		if i > 0 && !slices.Equal(l.subs[first[id]], l.subs[first[sids[i-1]]]) {
+			nc0++
+		}
+		clsOf[id] = nc0
+	}
+	cstart := make([]int32, nc0+2)
+	for m := range nm {
+		cstart[clsOf[l.sid[m]]+1]++
+	}
+	for c := range nc0 + 1 {
+		cstart[c+1] += cstart[c]
+	}
+	ord := make([]int32, nm)
+	next := append([]int32(nil), cstart[:nc0+1]...)
+	for m := range nm {
+		c := clsOf[l.sid[m]]
+		ord[next[c]] = int32(m)
+		next[c]++
+	}
+	nc := int(nc0) + 1
+	if 2*nc > nm {
+		// Mostly distinct subscriptions: classes of one member gain
+		// nothing, and from a proportional start on skewed topics the
+		// chains are many and short; the greedy fill does better.
+		return false
+	}
+	size := make([]int64, nc)
+	tot := make([]int64, nc) // partitions held or dealt to the class
+	csubs := make([][]int32, nc)
+	for c := range nc {
+		ms := ord[cstart[c]:cstart[c+1]]
+		size[c] = int64(len(ms))
+		csubs[c] = l.subs[ms[0]]
+		for _, m := range ms {
+			tot[c] += int64(e.load[m])
+		}
+	}
+
+	// Subscriber classes per topic. share[j] is how many free partitions
+	// of topic t the class ctList[j] gets, for j in ctStart[t]:ctStart[t+1];
+	// slot[xoff[c]+k] is that j for class c's k-th topic.
+	ctStart := make([]int32, nt+1)
+	xoff := make([]int32, nc+1)
+	for c, s := range csubs {
+		xoff[c+1] = xoff[c] + int32(len(s))
+		for _, t := range s {
+			ctStart[t+1]++
+		}
+	}
+	for t := range nt {
+		ctStart[t+1] += ctStart[t]
+	}
+	ctList := make([]int32, ctStart[nt])
+	share := make([]int64, ctStart[nt])
+	slot := make([]int32, xoff[nc])
+	next = append(next[:0], ctStart[:nt]...)
+	for c, s := range csubs {
+		for k, t := range s {
+			ctList[next[t]] = int32(c)
+			slot[xoff[c]+int32(k)] = next[t]
+			next[t]++
+		}
+	}
+
+	// Proportional split, topics with the fewest subscribers first; the
+	// remainder goes one each to the classes with the lowest average.
+	subsN := make([]int64, nt)
+	for t := range nt {
+		for _, c := range ctList[ctStart[t]:ctStart[t+1]] {
+			subsN[t] += size[c]
+		}
+	}
+	order := make([]int32, nt)
+	for t := range order {
+		order[t] = int32(t)
+	}
+	slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(subsN[a], subsN[b]) })
+	var byAvg []int32
+	for _, t := range order {
+		f := int64(fstart[t+1] - fstart[t])
+		if f == 0 {
+			continue
+		}
+		lo, hi := ctStart[t], ctStart[t+1]
+		rem := f
+		for j := lo; j < hi; j++ {
+			c := ctList[j]
+			q := f * size[c] / subsN[t]
+			share[j] = q
+			tot[c] += q
+			rem -= q
+		}
+		if rem == 0 {
+			continue
+		}
+		byAvg = byAvg[:0]
+		for j := lo; j < hi; j++ {
+			byAvg = append(byAvg, j)
+		}
+		slices.SortFunc(byAvg, func(a, b int32) int {
+			ca, cb := ctList[a], ctList[b]
+			if d := cmp.Compare(tot[ca]*size[cb], tot[cb]*size[ca]); d != 0 {
+				return d
+			}
+			return cmp.Compare(ca, cb)
+		})
+		for _, j := range byAvg[:rem] {
+			share[j]++
+			tot[ctList[j]]++
+		}
+	}
+
+	e.balanceClasses(csubs, ctStart, ctList, share, slot, xoff, size, tot)
+
+	// Deal each class's share to its members: water-fill targets by
+	// current load, then hand out topic by topic, round-robin.
+	cursor := fstart[:nt]
+	need := make([]int32, nm)
+	var byLoad, active []int32
+	for c := range nc {
+		ms := ord[cstart[c]:cstart[c+1]]
+		x := int64(0)
+		for k := range csubs[c] {
+			x += share[slot[xoff[c]+int32(k)]]
+		}
+		if x == 0 {
+			continue
+		}
+		byLoad = append(byLoad[:0], ms...)
+		slices.SortFunc(byLoad, func(a, b int32) int {
+			if d := cmp.Compare(e.load[a], e.load[b]); d != 0 {
+				return d
+			}
+			return cmp.Compare(a, b)
+		})
+		rem := x
+		j, level := 1, int64(e.load[byLoad[0]])
+		for j < len(byLoad) {
+			nd := (int64(e.load[byLoad[j]]) - level) * int64(j)
+			if nd > rem {
+				break
+			}
+			rem -= nd
+			level = int64(e.load[byLoad[j]])
+			j++
+		}
+		add, extra := rem/int64(j), rem%int64(j)
+		for k, m := range byLoad[:j] {
+			target := level + add
+			if int64(k) < extra {
+				target++
+			}
+			need[m] = int32(target) - e.load[m]
+		}
+		active = active[:0]
+		for _, m := range ms {
+			if need[m] > 0 {
+				active = append(active, m)
+			}
+		}
+		i := 0
+		for k, t := range csubs[c] {
+			for n := share[slot[xoff[c]+int32(k)]]; n > 0; n-- {
+				var m int32
+				for {
+					if i == len(active) {
+						active = slices.DeleteFunc(active, func(m int32) bool { return need[m] == 0 })
+						i = 0
+					}
+					m = active[i]
+					i++
+					if need[m] > 0 {
+						break
+					}
+				}
+				p := free[cursor[t]]
+				cursor[t]++
+				e.owner[p] = m
+				e.load[m]++
+				need[m]--
+				*cntAt(m, t)++
+			}
+		}
+	}
+	return true
+}
+
+// balanceClasses shifts batches of free partitions between subscription
+// classes along chains, from the class with the highest average load u to a
+// reachable class v where moving one partition would lower the members'
+// sum of squared loads: 2·(T_u/k_u − T_v/k_v) > 1/k_u + 1/k_v. The batch is
+// the amount that best evens the two averages, capped by the smallest share
+// along the chain. Every step strictly lowers that sum, so it ends; a search
+// that finds nothing retires every class it reached, and a work budget
+// linear in the class graph bounds the rest, since the member-level repair
+// guarantees the result either way — this only has to make that repair
+// cheap.
+func (e *engine) balanceClasses(csubs [][]int32, ctStart, ctList []int32, share []int64, slot, xoff []int32, size, tot []int64) {
+	nc, nt := len(csubs), len(ctStart)-1
+	dead := make([]bool, nc)
+	seenC := make([]int32, nc)
+	seenT := make([]int32, nt)
+	viaJ := make([]int32, nc) // slot of the class in the topic it was reached by
+	viaT := make([]int32, nc) // that topic
+	from := make([]int32, nt) // slot of the class giving the topic
+	queue := make([]int32, 0, nc)
+	improves := func(u, v int32) bool {
+		return 2*(tot[u]*size[v]-tot[v]*size[u]) > size[u]+size[v]
+	}
+	h := &classHeap{tot: tot, size: size}
+	for c := range nc {
+		h.push(int32(c))
+	}
+	// Work budget in edges scanned: a few dozen full sweeps of the class
+	// graph, so this stays linear in the input whatever its shape.
+	work := 32*(len(slot)+len(ctList)) + 1<<16
+	epoch := int32(0)
+	for work > 0 {
+		u := h.pop()
+		for u >= 0 && dead[u] {
+			u = h.pop()
+		}
+		if u < 0 {
+			return
+		}
+		epoch++
+		queue = append(queue[:0], u)
+		seenC[u] = epoch
+		dst := int32(-1)
+	search:
+		for qi := 0; qi < len(queue); qi++ {
+			x := queue[qi]
+			work -= len(csubs[x])
+			for k, t := range csubs[x] {
+				s := slot[xoff[x]+int32(k)]
+				if seenT[t] == epoch || share[s] == 0 {
+					continue
+				}
+				seenT[t] = epoch
+				from[t] = s
+				work -= int(ctStart[t+1]-ctStart[t]) + 1
+				for j := ctStart[t]; j < ctStart[t+1]; j++ {
+					v := ctList[j]
+					if seenC[v] == epoch || dead[v] {
+						continue
+					}
+					seenC[v] = epoch
+					viaJ[v], viaT[v] = j, t
+					if improves(u, v) {
+						dst = v
+						break search
+					}
+					queue = append(queue, v)
+				}
+			}
+		}
+		if dst < 0 {
+			for _, x := range queue {
+				dead[x] = true
+			}
+			continue
+		}
+		num, den := tot[u]*size[dst]-tot[dst]*size[u], size[u]+size[dst]
+		d := max((2*num+den)/(2*den), 1)
+		for cur := dst; cur != u; {
+			g := from[viaT[cur]]
+			d = min(d, share[g])
+			cur = ctList[g]
+		}
+		for cur := dst; cur != u; {
+			g := from[viaT[cur]]
+			share[g] -= d
+			share[viaJ[cur]] += d
+			cur = ctList[g]
+		}
+		tot[u] -= d
+		tot[dst] += d
+		h.push(u)
+		h.push(dst)
+	}
+}
+
+// repair moves partitions along chains until no chain u → … → v exists
+// in which each member hands the next one a partition of a topic the next
+// one subscribes to and load(v) ≤ load(u)−2. When none exists the loads
+// are optimal: no maximum can go down without some minimum going down.
+//
+// When every partition kept its owner (a member joined, subscriptions
+// changed) and while the lightest member is further below the mean than the
+// heaviest is above it, the lightest takes directly from the heaviest
+// member that holds a partition it subscribes to: every hop of a chain is a
+// moved partition, so direct transfers keep moves low. Otherwise, and once
+// no direct giver is left, chains are searched forward from the heaviest:
+// near the end heavy members are rare and light ones common, so the walk is
+// short, and a failed search proves
+// that nobody the heaviest member can reach is two below it; since it is
+// the maximum, none of them can improve either and no later chain can pass
+// through them. They are marked dead and never searched or crossed again,
+// which bounds the work.
+func (e *engine) repair(subsOf func(int32) []int32, cntAt func(int32, int32) *int32, direct bool) {
+	l := e.l
+	nm, nt := e.nm, len(l.names)
+	dead := make([]bool, nm)
+	seenM := make([]int32, nm) // BFS epoch per member
+	seenT := make([]int32, nt)
+	via := make([]int32, nm)  // topic through which a member was reached
+	peer := make([]int32, nt) // member that gives (forward) or takes (backward) the topic
+	queue := make([]int32, 0, nm)
+	epoch := int32(0)
+	hi := &loadHeap{load: e.load, max: true}
+	lo := &loadHeap{load: e.load}
+	for m := range nm {
+		hi.push(int32(m))
+		if direct {
+			lo.push(int32(m))
+		}
+	}
+	n, nm64 := int64(l.nparts), int64(nm)
+
+	// Direct transfers to the lightest member.
+	for direct {
+		u, v := hi.top(), lo.top()
+		lu, lv := e.load[u], e.load[v]
+		if lu-lv < 2 {
+			return // nobody is two below anybody: balanced
+		}
+		if n-int64(lv)*nm64 <= int64(lu)*nm64-n {
+			break
+		}
+		// The heaviest direct giver, stopping early at one at the
+		// maximum: taking merely the first would drain one member below
+		// the others, and refilling it costs a move of its own.
+		epoch++
+		src, via := int32(-1), int32(-1)
+	scan:
+		for _, t := range l.subs[v] {
+			for _, x := range subsOf(t) {
+				if seenM[x] == epoch || *cntAt(x, t) == 0 {
+					continue
+				}
+				seenM[x] = epoch
+				if lx := e.load[x]; lx >= lv+2 && (src < 0 || lx > e.load[src]) {
+					src, via = x, t
+					if lx == lu {
+						break scan
+					}
+				}
+			}
+		}
+		if src < 0 {
+			break // longer chains are left to the forward search
+		}
+		e.movePartition(via, src, v)
+		*cntAt(src, via)--
+		*cntAt(v, via)++
+		e.load[src]--
+		e.load[v]++
+		hi.push(src)
+		lo.push(src)
+		hi.push(v)
+		lo.push(v)
+	}
+
+	// Forward from the heaviest member, until everyone is dead.
+	ndead := 0
+	for hi.len() > 0 && ndead < nm {
+		u := hi.pop()
+		if u < 0 || dead[u] {
+			continue
+		}
+		lu := e.load[u]
+		epoch++
+		queue = append(queue[:0], u)
+		seenM[u] = epoch
+		dst := int32(-1)
+	search:
+		for qi := 0; qi < len(queue); qi++ {
+			x := queue[qi]
+			for _, t := range l.subs[x] {
+				if seenT[t] == epoch || *cntAt(x, t) == 0 {
+					continue
+				}
+				seenT[t] = epoch
+				peer[t] = x
+				for _, v := range subsOf(t) {
+					if seenM[v] == epoch || dead[v] {
+						continue
+					}
+					seenM[v] = epoch
+					via[v] = t
+					if e.load[v] <= lu-2 {
+						dst = v
+						break search
+					}
+					queue = append(queue, v)
+				}
+			}
+		}
+		if dst < 0 {
+			// Nobody u can reach is two below it, and all of them
+			// are at least load(u)−1 ≥ their own load−1: none can
+			// improve, and no later chain can cross them.
+			for _, x := range queue {
+				dead[x] = true
+			}
+			ndead += len(queue)
+			continue
+		}
+		for cur := dst; cur != u; {
+			t := via[cur]
+			giver := peer[t]
+			e.movePartition(t, giver, cur)
+			*cntAt(giver, t)--
+			*cntAt(cur, t)++
+			cur = giver
+		}
+		e.load[u]--
+		e.load[dst]++
+		hi.push(u)
+		hi.push(dst)
+	}
+}
+
+// fillGreedy water-fills each topic's free partitions onto its
+// least-loaded subscribers, topics with the fewest subscribers first (they
+// have the fewest choices). Each topic's free partitions are dealt in chunks
+// of about one per subscriber, and the chunks of all topics are interleaved
+// round by round, so every member's load grows at a similar pace; filling
+// one topic completely before the next leaves members of late topics far
+// behind and the repair with a great deal to do. It is the placement for
+// groups whose subscriptions are mostly distinct, where placeFree's classes
+// would be single members.
+func (e *engine) fillGreedy(sstart, slist []int32, cntAt func(int32, int32) *int32) {
+	l := e.l
+	nt := len(l.names)
+	subsOf := func(t int32) []int32 { return slist[sstart[t]:sstart[t+1]] }
 	order := make([]int32, nt)
 	for t := range order {
 		order[t] = int32(t)
@@ -369,84 +917,12 @@ func (e *engine) solveGeneral() {
 			more = more || end < hi
 		}
 	}
-
-	// 3. Repair by chains, searched forward from the most-loaded member u:
-	// u hands a partition to a subscriber of that topic, who hands one on,
-	// until a member with load ≤ load(u)−2 is reached. Near the end of the
-	// repair heavy members are rare and light ones common, so searching
-	// from the heavy side finds a chain after a short walk.
-	dead := make([]bool, nm)
-	seenM := make([]int32, nm) // BFS epoch per member
-	seenT := make([]int32, nt)
-	via := make([]int32, nm)  // topic through which a member was reached
-	from := make([]int32, nt) // member that gives the topic's partition
-	queue := make([]int32, 0, nm)
-	epoch := int32(0)
-	h := &loadHeap{load: e.load, max: true}
-	for m := range nm {
-		h.push(int32(m))
-	}
-	for h.len() > 0 {
-		u := h.pop()
-		if u < 0 || dead[u] {
-			continue
-		}
-		lu := e.load[u]
-		epoch++
-		queue = append(queue[:0], u)
-		seenM[u] = epoch
-		dst := int32(-1)
-	search:
-		for qi := 0; qi < len(queue); qi++ {
-			x := queue[qi]
-			for _, t := range l.subs[x] {
-				if seenT[t] == epoch || *cntAt(int(x), t) == 0 {
-					continue
-				}
-				seenT[t] = epoch
-				from[t] = x
-				for _, v := range subsOf(t) {
-					if seenM[v] == epoch || dead[v] {
-						continue
-					}
-					seenM[v] = epoch
-					via[v] = t
-					if e.load[v] <= lu-2 {
-						dst = v
-						break search
-					}
-					queue = append(queue, v)
-				}
-			}
-		}
-		if dst < 0 {
-			// Nobody u can reach is two below it, and all of them
-			// are at least load(u)−1 ≥ their own load−1: none can
-			// improve, and no later chain can cross them.
-			for _, x := range queue {
-				dead[x] = true
-			}
-			continue
-		}
-		for cur := dst; cur != u; {
-			t := via[cur]
-			giver := from[t]
-			e.movePartition(t, giver, cur)
-			*cntAt(int(giver), t)--
-			*cntAt(int(cur), t)++
-			cur = giver
-		}
-		e.load[u]--
-		e.load[dst]++
-		h.push(u)
-		h.push(dst)
-	}
 }
 
 // waterFill gives the partitions in free to the least-loaded members of
 // subs: the lowest are raised to a common level while partitions last,
 // then the remainder goes one each in (load, index) order.
-func (e *engine) waterFill(free, subs []int32, cand *[]int32, cntAt func(int, int32) *int32, t int32) {
+func (e *engine) waterFill(free, subs []int32, cand *[]int32, cntAt func(int32, int32) *int32, t int32) {
 	c := append((*cand)[:0], subs...)
 	*cand = c
 	slices.SortFunc(c, func(a, b int32) int {
@@ -474,7 +950,7 @@ func (e *engine) waterFill(free, subs []int32, cand *[]int32, cntAt func(int, in
 		if int32(k) < extra {
 			target++
 		}
-		cnt := cntAt(int(m), t)
+		cnt := cntAt(m, t)
 		for e.load[m] < target {
 			e.owner[free[fi]] = m
 			fi++
@@ -565,7 +1041,17 @@ func (h *loadHeap) push(m int32) {
 	}
 }
 
-// pop returns the member with the smallest current load, skipping entries
+// top returns the member pop would return without removing it; -1 when
+// empty.
+func (h *loadHeap) top() int32 {
+	m := h.pop()
+	if m >= 0 {
+		h.push(m)
+	}
+	return m
+}
+
+// pop returns the member with the smallest (largest, for a max-heap) current load, skipping entries
 // whose recorded load is out of date; -1 when empty.
 func (h *loadHeap) pop() int32 {
 	for len(h.ms) > 0 {
@@ -589,6 +1075,69 @@ func (h *loadHeap) pop() int32 {
 		}
 		if at == h.load[m] {
 			return m
+		}
+	}
+	return -1
+}
+
+// classHeap is a max-heap of subscription classes by average load
+// tot[c]/size[c] (ties by lower index), with lazy deletion like loadHeap.
+type classHeap struct {
+	tot, size []int64
+	cs        []int32
+	at        []int64 // tot at push time
+}
+
+func (h *classHeap) less(i, j int) bool {
+	a, b := h.at[i]*h.size[h.cs[j]], h.at[j]*h.size[h.cs[i]]
+	if a != b {
+		return a > b
+	}
+	return h.cs[i] < h.cs[j]
+}
+
+func (h *classHeap) swap(i, j int) {
+	h.cs[i], h.cs[j] = h.cs[j], h.cs[i]
+	h.at[i], h.at[j] = h.at[j], h.at[i]
+}
+
+func (h *classHeap) push(c int32) {
+	h.cs = append(h.cs, c)
+	h.at = append(h.at, h.tot[c])
+	for i := len(h.cs) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !h.less(i, parent) {
+			break
+		}
+		h.swap(i, parent)
+		i = parent
+	}
+}
+
+// pop returns the class with the highest current average, skipping stale
+// entries; -1 when empty.
+func (h *classHeap) pop() int32 {
+	for len(h.cs) > 0 {
+		c, at := h.cs[0], h.at[0]
+		last := len(h.cs) - 1
+		h.swap(0, last)
+		h.cs, h.at = h.cs[:last], h.at[:last]
+		for i := 0; ; {
+			k := 2*i + 1
+			if k >= last {
+				break
+			}
+			if k+1 < last && h.less(k+1, k) {
+				k++
+			}
+			if !h.less(k, i) {
+				break
+			}
+			h.swap(i, k)
+			i = k
+		}
+		if at == h.tot[c] {
+			return c
 		}
 	}
 	return -1

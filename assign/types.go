@@ -87,6 +87,11 @@ type layout struct {
 	base    []int32   // len(names)+1; base[t] is the first global index of t
 	subs    [][]int32 // per member: sorted, deduplicated topic indexes
 	index   map[string]int32
+	// sid numbers the interned subscription slices: members with equal
+	// sid have equal subs. Equal subs may still have different sids
+	// (the interning cache is small); nsid is the number of sids.
+	sid     []int32
+	nsid    int32
 	homog   bool // every member has the same non-empty subscription
 	nparts  int32
 	scratch []int32
@@ -107,9 +112,25 @@ func newLayout(members []Member, topics map[string]int32) *layout {
 	for i := range members {
 		ms[i] = &members[i]
 	}
-	slices.SortStableFunc(ms, memberLess)
-	// Drop duplicate member ids, keeping the first in sorted order.
-	if len(ms) > 1 {
+	if !slices.IsSortedFunc(ms, memberLess) {
+		slices.SortStableFunc(ms, memberLess)
+	}
+	// Drop duplicate member ids, keeping the first in sorted order. Without
+	// instance ids the order is by member id, so duplicates are adjacent
+	// and no map is needed.
+	static := false
+	for _, m := range ms {
+		static = static || m.InstanceID != ""
+	}
+	if len(ms) > 1 && !static {
+		out := ms[:1]
+		for _, m := range ms[1:] {
+			if m.ID != out[len(out)-1].ID {
+				out = append(out, m)
+			}
+		}
+		ms = out
+	} else if len(ms) > 1 {
 		seen := make(map[string]struct{}, len(ms))
 		out := ms[:0]
 		for _, m := range ms {
@@ -126,8 +147,16 @@ func newLayout(members []Member, topics map[string]int32) *layout {
 	// Collect subscribed, existing topics. A map keyed by name does the
 	// de-duplication; the names are sorted afterwards so indexes do not
 	// depend on map order.
+	// Groups usually have a handful of distinct subscriptions: members
+	// equal to one of the last few seen skip the name lookups here and
+	// below, which otherwise dominate on large homogeneous groups.
+	var recent subsCache
 	l.index = make(map[string]int32)
 	for _, m := range ms {
+		if s, _ := recent.get(m.Topics); s != nil {
+			continue
+		}
+		recent.put(m.Topics, []int32{}, 0)
 		for _, t := range m.Topics {
 			if _, ok := l.index[t]; ok {
 				continue
@@ -157,7 +186,16 @@ func newLayout(members []Member, topics map[string]int32) *layout {
 	back := make([]int32, 0, total)
 	l.subs = make([][]int32, len(ms))
 	l.homog = len(ms) > 0
+	recent = subsCache{}
+	l.sid = make([]int32, len(ms))
 	for i, m := range ms {
+		if s, id := recent.get(m.Topics); s != nil {
+			l.subs[i], l.sid[i] = s, id
+			if i > 0 && !slices.Equal(s, l.subs[0]) {
+				l.homog = false
+			}
+			continue
+		}
 		start := len(back)
 		for _, t := range m.Topics {
 			if ti, ok := l.index[t]; ok {
@@ -170,7 +208,9 @@ func newLayout(members []Member, topics map[string]int32) *layout {
 		}
 		s = slices.Compact(s)
 		back = back[:start+len(s)]
-		l.subs[i] = s[:len(s):len(s)]
+		l.subs[i], l.sid[i] = s[:len(s):len(s)], l.nsid
+		recent.put(m.Topics, l.subs[i], l.nsid)
+		l.nsid++
 		if i > 0 && !slices.Equal(l.subs[i], l.subs[0]) {
 			l.homog = false
 		}
@@ -179,6 +219,48 @@ func newLayout(members []Member, topics map[string]int32) *layout {
 		l.homog = false
 	}
 	return l
+}
+
+// subsCache remembers the last few distinct subscriptions (as given, and
+// interned, with their sid); subs is never nil for a hit.
+type subsCache struct {
+	topics [8][]string
+	subs   [8][]int32
+	sid    [8]int32
+	next   int
+}
+
+func (c *subsCache) get(topics []string) ([]int32, int32) {
+	for i, t := range c.topics {
+		if c.subs[i] == nil || len(t) != len(topics) {
+			continue
+		}
+		// Callers that build members from one subscription list share
+		// the slice itself; comparing pointers skips the strings.
+		if len(t) == 0 || &t[0] == &topics[0] || slices.Equal(t, topics) {
+			return c.subs[i], c.sid[i]
+		}
+	}
+	return nil, 0
+}
+
+func (c *subsCache) put(topics []string, subs []int32, sid int32) {
+	if subs == nil {
+		subs = []int32{}
+	}
+	c.topics[c.next], c.subs[c.next], c.sid[c.next] = topics, subs, sid
+	c.next = (c.next + 1) % len(c.topics)
+}
+
+// topicIndex is index[name], trying guess first: claims are usually
+// sorted by topic like names, so the next topic is often guess, which saves
+// hashing the name.
+func (l *layout) topicIndex(name string, guess int32) (int32, bool) {
+	if guess >= 0 && int(guess) < len(l.names) && l.names[guess] == name {
+		return guess, true
+	}
+	t, ok := l.index[name]
+	return t, ok
 }
 
 // ownedIndexes appends the global indexes of m's owned partitions that still
