@@ -357,12 +357,9 @@ func (l *Log) SyncTo(end int64) error {
 	// before the active one were fsynced when they were rolled, so one
 	// fsync of the active segment covers it all.
 	target := l.hw.Load()
-	l.mu.RLock()
-	closed := l.closed
-	f := l.segs[len(l.segs)-1].f
-	l.mu.RUnlock()
-	if closed {
-		return ErrClosed
+	f, err := l.activeFile()
+	if err != nil {
+		return err
 	}
 	if err := f.Sync(); err != nil {
 		// As in append: after a failed fsync the page cache state is
@@ -374,6 +371,16 @@ func (l *Log) SyncTo(end int64) error {
 	}
 	l.advanceSynced(target)
 	return nil
+}
+
+// activeFile returns the active segment's file, or ErrClosed.
+func (l *Log) activeFile() (*os.File, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return nil, ErrClosed
+	}
+	return l.segs[len(l.segs)-1].f, nil
 }
 
 // advanceSynced records that every record below end is fsynced.
@@ -820,12 +827,9 @@ func (l *Log) Sync() error {
 	if !l.dirty.Swap(false) {
 		return nil
 	}
-	l.mu.RLock()
-	closed := l.closed
-	f := l.segs[len(l.segs)-1].f
-	l.mu.RUnlock()
-	if closed {
-		return ErrClosed
+	f, err := l.activeFile()
+	if err != nil {
+		return err
 	}
 	if err := f.Sync(); err != nil {
 		l.dirty.Store(true)
