@@ -246,20 +246,20 @@ func toProtocols(ps []kmsg.JoinGroupRequestProtocol) []protocol {
 	return out
 }
 
-func (m *Machine) parkJoin(mem *member, p *parked) {
+func (m *Machine) parkJoin(g *group, mem *member, p *parked) {
 	if mem.join != nil && p != nil {
 		// Kafka drops the superseded future and lets the client time
 		// out; answering it frees the caller's handle.
 		m.replyJoinError(mem.join, errRebalanceInProgress, mem.id)
 	}
-	mem.join = p
+	g.setJoin(mem, p)
 }
 
 func (m *Machine) updateMember(g *group, mem *member, j joinArgs) {
-	mem.protocols = toProtocols(j.req.Protocols)
+	g.setProtocols(mem, toProtocols(j.req.Protocols))
 	mem.rebalance = j.rebalance
 	mem.session = j.session
-	m.parkJoin(mem, j.p)
+	m.parkJoin(g, mem, j.p)
 }
 
 func (m *Machine) addMember(g *group, j joinArgs, id string) {
@@ -291,12 +291,14 @@ func (m *Machine) replaceStaticMember(g *group, j joinArgs, oldID, newID string)
 	// Fence the previous incarnation's parked requests at once.
 	if old.join != nil {
 		m.replyJoinError(old.join, errFencedInstanceID, oldID)
-		old.join = nil
+		g.setJoin(old, nil)
 	}
 	if old.sync != nil {
 		m.replySyncError(old.sync, errFencedInstanceID)
 		old.sync = nil
 	}
+	// The new incarnation takes over the old one's place in join order
+	// and its protocols, so it takes over its counts too.
 	delete(g.members, oldID)
 	m.cancel(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: oldID})
 	mem := &member{
@@ -331,7 +333,7 @@ func (m *Machine) replaceStaticMember(g *group, j joinArgs, oldID, newID string)
 		}
 		// KIP-345: same protocol, so no rebalance; persist the new id
 		// and hand back the current generation.
-		mem.join = nil
+		g.setJoin(mem, nil)
 		m.record(m.metadataRecord(g, nil))
 		var resp *kmsg.JoinGroupResponse
 		if j.p.version >= 9 {
@@ -452,7 +454,7 @@ func (m *Machine) completeJoin(g *group) {
 	for _, mem := range g.sortedMembers() {
 		if mem.join != nil {
 			m.reply(mem.join.id, g.joinResponse(mem.join.version, mem.id, g.leader == mem.id))
-			mem.join = nil
+			g.setJoin(mem, nil)
 		}
 		m.schedule(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: mem.id}, mem.session)
 		mem.isNew = false
@@ -510,7 +512,7 @@ func (m *Machine) propagateAssignment(g *group, code int16) {
 func (m *Machine) removeMember(g *group, mem *member, code int16) {
 	if mem.join != nil {
 		m.replyJoinError(mem.join, code, "")
-		mem.join = nil
+		g.setJoin(mem, nil)
 	}
 	if mem.sync != nil {
 		// Kafka leaves this future dangling; answer it instead.

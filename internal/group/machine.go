@@ -1,8 +1,11 @@
 package group
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -152,10 +155,11 @@ func (m *member) metadataFor(name string) []byte {
 	return nil
 }
 
-// vote returns the member's most preferred protocol among candidates.
-func (m *member) vote(candidates map[string]bool) string {
+// vote returns the member's most preferred protocol among those every
+// member of g supports.
+func (m *member) vote(g *group) string {
 	for _, p := range m.protocols {
-		if candidates[p.name] {
+		if g.supportedByAll(p.name) {
 			return p.name
 		}
 	}
@@ -202,6 +206,14 @@ type group struct {
 	static       map[string]string // instance id -> member id
 	seq          uint64
 
+	// Running counts over members, kept by add, remove, setProtocols and
+	// setJoin, so that a join need not scan the whole group: supporters
+	// maps a protocol name to how many members list it, and awaiting is
+	// how many members have a JoinGroup parked. Without them every join of
+	// an n-member rebalance costs O(n), and the rebalance O(n²).
+	supporters map[string]int
+	awaiting   int
+
 	newMemberAdded   bool
 	initialDelay     time.Duration
 	initialRemaining time.Duration
@@ -229,6 +241,7 @@ func newGroup(id string, now time.Time) *group {
 		pendingSync: map[string]bool{},
 		static:      map[string]string{},
 		offsets:     map[topicPartition]offsetValue{},
+		supporters:  map[string]int{},
 	}
 }
 
@@ -245,7 +258,8 @@ func (g *group) sortedMembers() []*member {
 	for _, m := range g.members {
 		ms = append(ms, m)
 	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].seq < ms[j].seq })
+	// Join order numbers are distinct, so the order is total.
+	slices.SortFunc(ms, func(a, b *member) int { return cmp.Compare(a.seq, b.seq) })
 	return ms
 }
 
@@ -265,6 +279,7 @@ func (g *group) add(m *member) {
 	g.seq++
 	m.seq = g.seq
 	g.members[m.id] = m
+	g.countMember(m, 1)
 	if m.instanceID != "" {
 		g.static[m.instanceID] = m.id
 	}
@@ -276,6 +291,7 @@ func (g *group) add(m *member) {
 func (g *group) remove(id string) {
 	if m, ok := g.members[id]; ok {
 		delete(g.members, id)
+		g.countMember(m, -1)
 		if m.instanceID != "" && g.static[m.instanceID] == id {
 			delete(g.static, m.instanceID)
 		}
@@ -286,24 +302,79 @@ func (g *group) remove(id string) {
 		// Kafka takes the next key of a HashMap; join order is the
 		// deterministic equivalent.
 		g.leader = ""
-		if ms := g.sortedMembers(); len(ms) > 0 {
-			g.leader = ms[0].id
+		if first := g.firstMember(); first != nil {
+			g.leader = first.id
 		}
 	}
 }
 
-func (g *group) numAwaitingJoin() int {
-	n := 0
+// firstMember returns the member that joined first, without sorting: a
+// batch LeaveGroup removes the leader again and again.
+func (g *group) firstMember() *member {
+	var first *member
 	for _, m := range g.members {
-		if m.join != nil {
-			n++
+		if first == nil || m.seq < first.seq {
+			first = m
 		}
 	}
-	return n
+	return first
 }
+
+// countMember adds (d = 1) or removes (d = -1) a member's share of the
+// running counts.
+func (g *group) countMember(m *member, d int) {
+	g.countProtocols(m.protocols, d)
+	if m.join != nil {
+		g.awaiting += d
+	}
+}
+
+// countProtocols counts each distinct name in ps once, as a member that
+// lists a protocol twice still supports it once.
+func (g *group) countProtocols(ps []protocol, d int) {
+	for i, p := range ps {
+		if listsBefore(ps[:i], p.name) {
+			continue
+		}
+		if n := g.supporters[p.name] + d; n != 0 {
+			g.supporters[p.name] = n
+		} else {
+			delete(g.supporters, p.name)
+		}
+	}
+}
+
+func listsBefore(ps []protocol, name string) bool {
+	for _, p := range ps {
+		if p.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// setProtocols replaces the protocols of a member of g.
+func (g *group) setProtocols(m *member, ps []protocol) {
+	g.countProtocols(m.protocols, -1)
+	m.protocols = ps
+	g.countProtocols(ps, 1)
+}
+
+// setJoin parks (or, with nil, unparks) a JoinGroup of a member of g.
+func (g *group) setJoin(m *member, p *parked) {
+	switch {
+	case m.join == nil && p != nil:
+		g.awaiting++
+	case m.join != nil && p == nil:
+		g.awaiting--
+	}
+	m.join = p
+}
+
+func (g *group) numAwaitingJoin() int { return g.awaiting }
 
 func (g *group) hasAllMembersJoined() bool {
-	return len(g.members) == g.numAwaitingJoin() && len(g.pending) == 0
+	return len(g.members) == g.awaiting && len(g.pending) == 0
 }
 
 // rebalanceTimeout is the largest rebalance timeout of the current members.
@@ -317,17 +388,9 @@ func (g *group) rebalanceTimeout() time.Duration {
 	return d
 }
 
-func (g *group) supportedCount(name string) int {
-	n := 0
-	for _, m := range g.members {
-		for _, p := range m.protocols {
-			if p.name == name {
-				n++
-				break
-			}
-		}
-	}
-	return n
+// supportedByAll reports whether every member lists the protocol.
+func (g *group) supportedByAll(name string) bool {
+	return g.supporters[name] == len(g.members)
 }
 
 func (g *group) supportsProtocols(protocolType string, ps []kmsg.JoinGroupRequestProtocol) bool {
@@ -338,7 +401,7 @@ func (g *group) supportsProtocols(protocolType string, ps []kmsg.JoinGroupReques
 		return false
 	}
 	for _, p := range ps {
-		if g.supportedCount(p.Name) == len(g.members) {
+		if g.supportedByAll(p.Name) {
 			return true
 		}
 	}
@@ -349,21 +412,15 @@ func (g *group) supportsProtocols(protocolType string, ps []kmsg.JoinGroupReques
 // those all members support. Kafka breaks ties by HashMap order; here the
 // protocol that received its first vote earliest (in join order) wins.
 func (g *group) selectProtocol() string {
-	ms := g.sortedMembers()
-	candidates := map[string]bool{}
-	for _, m := range ms {
-		for _, p := range m.protocols {
-			if g.supportedCount(p.name) == len(g.members) {
-				candidates[p.name] = true
-			}
-		}
-	}
-	votes := map[string]int{}
+	var votes map[string]int
 	var order []string
-	for _, m := range ms {
-		v := m.vote(candidates)
+	for _, m := range g.sortedMembers() {
+		v := m.vote(g)
 		if v == "" {
 			continue
+		}
+		if votes == nil {
+			votes = map[string]int{}
 		}
 		if votes[v] == 0 {
 			order = append(order, v)
@@ -462,10 +519,18 @@ type Machine struct {
 	timers map[TimerKey]time.Time
 
 	// per-step scratch
-	now   time.Time
-	out   Output
-	dirty map[TimerKey]bool
+	now time.Time
+	out Output
+	// The keys whose deadline this step changed. Most steps change one or
+	// two (a heartbeat, a commit none), so they are kept in a short list
+	// and moved to a set only when a step touches many (a join phase
+	// completing reschedules every member).
+	dirtyList []TimerKey
+	dirty     map[TimerKey]bool
 }
+
+// dirtyListMax is how many keys the list holds before they move to the set.
+const dirtyListMax = 8
 
 // New returns an empty machine.
 func New(cfg Config) *Machine {
@@ -500,15 +565,45 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 func (m *Machine) begin(now time.Time) {
 	m.now = now
 	m.out = Output{}
-	m.dirty = map[TimerKey]bool{}
+	m.dirtyList = m.dirtyList[:0]
+	m.dirty = nil
+}
+
+func (m *Machine) markDirty(k TimerKey) {
+	if m.dirty != nil {
+		m.dirty[k] = true
+		return
+	}
+	for _, d := range m.dirtyList {
+		if d == k {
+			return
+		}
+	}
+	if len(m.dirtyList) < dirtyListMax {
+		m.dirtyList = append(m.dirtyList, k)
+		return
+	}
+	m.dirty = make(map[TimerKey]bool, 2*dirtyListMax)
+	for _, d := range m.dirtyList {
+		m.dirty[d] = true
+	}
+	m.dirty[k] = true
 }
 
 func (m *Machine) end() Output {
-	keys := make([]TimerKey, 0, len(m.dirty))
-	for k := range m.dirty {
-		keys = append(keys, k)
+	var keys []TimerKey
+	if m.dirty != nil {
+		keys = make([]TimerKey, 0, len(m.dirty))
+		for k := range m.dirty {
+			keys = append(keys, k)
+		}
+	} else {
+		keys = m.dirtyList
 	}
 	sortTimerKeys(keys)
+	if len(keys) > 0 {
+		m.out.Timers = make([]TimerUpdate, 0, len(keys))
+	}
 	for _, k := range keys {
 		if d, ok := m.timers[k]; ok {
 			m.out.Timers = append(m.out.Timers, TimerUpdate{Key: k, Deadline: d})
@@ -517,32 +612,33 @@ func (m *Machine) end() Output {
 		}
 	}
 	out := m.out
-	m.out, m.dirty = Output{}, nil
+	m.out, m.dirty, m.dirtyList = Output{}, nil, m.dirtyList[:0]
 	return out
 }
 
+// sortTimerKeys orders keys by group, kind and member. Keys are distinct,
+// so the order is total and any sort gives the same result.
 func sortTimerKeys(keys []TimerKey) {
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := keys[i], keys[j]
-		if a.Group != b.Group {
-			return a.Group < b.Group
+	slices.SortFunc(keys, func(a, b TimerKey) int {
+		if c := strings.Compare(a.Group, b.Group); c != 0 {
+			return c
 		}
 		if a.Kind != b.Kind {
-			return a.Kind < b.Kind
+			return int(a.Kind) - int(b.Kind)
 		}
-		return a.Member < b.Member
+		return strings.Compare(a.Member, b.Member)
 	})
 }
 
 func (m *Machine) schedule(k TimerKey, d time.Duration) {
 	m.timers[k] = m.now.Add(d)
-	m.dirty[k] = true
+	m.markDirty(k)
 }
 
 func (m *Machine) cancel(k TimerKey) {
 	if _, ok := m.timers[k]; ok {
 		delete(m.timers, k)
-		m.dirty[k] = true
+		m.markDirty(k)
 	}
 }
 
@@ -602,7 +698,7 @@ func (m *Machine) timer(k TimerKey) {
 		return // cancelled, replaced by a later deadline, or early
 	}
 	delete(m.timers, k)
-	m.dirty[k] = true
+	m.markDirty(k)
 	g := m.groups[k.Group]
 	if g == nil {
 		return
@@ -634,7 +730,7 @@ func (m *Machine) unload() {
 		for _, mem := range g.sortedMembers() {
 			if mem.join != nil {
 				m.replyJoinError(mem.join, errNotCoordinator, "")
-				mem.join = nil
+				g.setJoin(mem, nil)
 			}
 			if mem.sync != nil {
 				m.replySyncError(mem.sync, errNotCoordinator)

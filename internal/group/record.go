@@ -96,8 +96,12 @@ const (
 
 // Key encodes the record's key: version, type, group, and for offsets topic
 // and partition. Keys of one group share a prefix.
-func (r Record) Key() []byte {
-	b := []byte{keyVersion, byte(r.Type)}
+func (r Record) Key() []byte { return r.AppendKey(nil) }
+
+// AppendKey appends the encoding of Key to b, so a caller can reuse a
+// buffer across records.
+func (r Record) AppendKey(b []byte) []byte {
+	b = append(b, keyVersion, byte(r.Type))
 	b = appendString(b, r.Group)
 	if r.Type == RecordOffsetCommit {
 		b = appendString(b, r.Topic)
@@ -111,7 +115,16 @@ func (r Record) Value() []byte {
 	if r.Tombstone() {
 		return nil
 	}
-	b := binary.BigEndian.AppendUint16(nil, valueVersion)
+	return r.AppendValue(nil)
+}
+
+// AppendValue appends the encoding of Value to b; for a tombstone it
+// returns b unchanged.
+func (r Record) AppendValue(b []byte) []byte {
+	if r.Tombstone() {
+		return b
+	}
+	b = binary.BigEndian.AppendUint16(b, valueVersion)
 	switch r.Type {
 	case RecordGroupMetadata:
 		v := r.Metadata

@@ -413,6 +413,7 @@ func (h *harness) applyNoT(out Output) {
 			fmt.Fprintf(h.buf, "timer %s @%d\n", u.Key, ms(u.Deadline))
 		}
 	}
+	h.m.checkCounts()
 	// The timer updates must describe the machine's own table exactly.
 	want := h.m.Deadlines()
 	if len(want) != len(h.timers) {
