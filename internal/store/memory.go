@@ -30,6 +30,7 @@ type Memory struct {
 	failNext  []failure
 	applies   int
 	appliedOK int
+	hook      func(recs []group.Record)
 }
 
 type failure struct {
@@ -57,6 +58,12 @@ func (m *Memory) Shards() int { return m.shards }
 // Apply stores recs atomically, or fails without storing anything when an
 // error was injected with FailNext.
 func (m *Memory) Apply(recs []group.Record) error {
+	m.mu.Lock()
+	hook := m.hook
+	m.mu.Unlock()
+	if hook != nil {
+		hook(recs)
+	}
 	type kv struct {
 		k string
 		v []byte
@@ -181,6 +188,16 @@ func (m *Memory) FailNextAfterWrite(err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.failNext = append(m.failNext, failure{err: err, write: true})
+}
+
+// OnApply makes every later Apply call fn with its records before it
+// stores anything (nil removes the hook). fn runs without the store's lock
+// and may block, which lets a test hold a write in flight and watch what
+// its caller does meanwhile.
+func (m *Memory) OnApply(fn func(recs []group.Record)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.hook = fn
 }
 
 // Applies returns how many Apply calls reached the store, and how many of

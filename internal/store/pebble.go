@@ -60,6 +60,10 @@ type Pebble struct {
 
 var _ Store = (*Pebble)(nil)
 
+// scratchPool holds encoding buffers for Apply, which runs on several
+// shards' writers at once.
+var scratchPool = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+
 // metaKey holds the shard count. Its prefix is above every shard's.
 var metaKey = []byte("\xff\xffshards")
 
@@ -125,14 +129,22 @@ func (p *Pebble) Apply(recs []group.Record) error {
 	}
 	b := p.db.NewBatch()
 	defer b.Close()
+	// Keys and values are encoded into one reused buffer: the batch copies
+	// them into its own representation, so per-record allocations would
+	// only be garbage.
+	sp := scratchPool.Get().(*[]byte)
+	defer scratchPool.Put(sp)
 	for _, r := range recs {
-		k := storeKey(r, p.shards)
+		buf := appendStoreKey((*sp)[:0], r, p.shards)
+		klen := len(buf)
 		var err error
-		if v := r.Value(); v == nil {
-			err = b.Delete(k, nil)
+		if r.Tombstone() {
+			err = b.Delete(buf, nil)
 		} else {
-			err = b.Set(k, v, nil)
+			buf = r.AppendValue(buf)
+			err = b.Set(buf[:klen:klen], buf[klen:], nil)
 		}
+		*sp = buf
 		if err != nil {
 			return fmt.Errorf("store: batch: %w", err)
 		}

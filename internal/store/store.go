@@ -21,7 +21,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 
 	"github.com/groupd/groupd/internal/group"
 )
@@ -58,9 +57,18 @@ func ShardOf(groupID string, shards int) int {
 	if shards <= 1 {
 		return 0
 	}
-	h := fnv.New64a()
-	h.Write([]byte(groupID))
-	return int(h.Sum64() % uint64(shards))
+	// FNV-1a, written out: hash/fnv would cost an allocation per call on
+	// the commit path.
+	const (
+		offset64 = 14695981039346656037
+		prime64  = 1099511628211
+	)
+	h := uint64(offset64)
+	for i := 0; i < len(groupID); i++ {
+		h ^= uint64(groupID[i])
+		h *= prime64
+	}
+	return int(h % uint64(shards))
 }
 
 // shardPrefix returns the two-byte key prefix of a shard.
@@ -70,7 +78,13 @@ func shardPrefix(shard int) []byte {
 
 // storeKey prefixes a record's key with its shard.
 func storeKey(r group.Record, shards int) []byte {
-	return append(shardPrefix(ShardOf(r.Group, shards)), r.Key()...)
+	return appendStoreKey(nil, r, shards)
+}
+
+// appendStoreKey appends the store key of r to b.
+func appendStoreKey(b []byte, r group.Record, shards int) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(ShardOf(r.Group, shards)))
+	return r.AppendKey(b)
 }
 
 // decode turns a stored key and value back into a record, naming the key if
