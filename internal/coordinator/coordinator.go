@@ -4,15 +4,21 @@
 // group id. Each shard is one goroutine that owns one group.Machine; nothing
 // else touches it, so group state needs no locks. A shard takes events from
 // its queue (requests, timer firings, the offset-retention tick), steps the
-// machine with the clock's time, mirrors the machine's deadlines as clock
-// callbacks, writes the records of every event it took in one store.Apply,
-// and only then releases the replies (durable before visible). Events that
-// queue up while a write is in progress are stepped together and written
-// with one Apply, which is group commit under load.
+// machine with the clock's time, mirrors the machine's deadlines in a timer
+// queue served by one clock callback, and gathers the records and replies
+// of the events it stepped into a batch. A writer goroutine per shard makes
+// one batch durable at a time with one store.Apply and then releases its
+// replies (durable before visible). Like Kafka's coordinator runtime, the
+// loop does not wait for that write: it goes on stepping later events into
+// the next batch, whose replies wait until it too is durable, so every
+// reply goes out in order and only after the records of all events before
+// it. The next batch is written as soon as the writer is free, which is
+// group commit under load.
 //
-// If a write fails, none of the replies of that batch are released as
-// successes: they become COORDINATOR_NOT_AVAILABLE, which clients retry,
-// and the shard rebuilds its machine from the store. Until a shard has
+// If a write fails, none of the replies of that batch, nor of any event
+// stepped after it, are released as successes: they become
+// COORDINATOR_NOT_AVAILABLE, which clients retry, and the shard rebuilds its
+// machine from the store. Until a shard has
 // loaded its records, requests for its groups are answered with
 // COORDINATOR_LOAD_IN_PROGRESS.
 //

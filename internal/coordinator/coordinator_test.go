@@ -540,17 +540,20 @@ func TestQueuedCommitsShareOneApply(t *testing.T) {
 	for i := 1; i <= n; i++ {
 		chs = append(chs, e.start(commitReq(fmt.Sprintf("g%d", i), int64(i))))
 	}
+	// The loop steps the commits into the next batch while the first is
+	// being written, or leaves them queued; either way they must all be
+	// in before the write completes.
 	deadline := time.Now().Add(hangGuard)
 	for {
 		s := c.shards[0]
 		s.mu.Lock()
 		queued := len(s.queue)
 		s.mu.Unlock()
-		if queued == n {
+		if got := queued + int(s.stepped.Load()) - 1; got == n {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d queued", queued)
+			t.Fatalf("%d queued, %d stepped", queued, s.stepped.Load())
 		}
 		runtime.Gosched()
 	}

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/groupd/groupd/internal/group"
@@ -11,9 +12,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// maxBatch bounds how many queued events one loop iteration steps before
-// making their records durable, so a flood of requests cannot hold early
-// replies back indefinitely.
+// maxBatch bounds how many events one batch carries. While a batch is being
+// written the loop goes on stepping events into the next one until it holds
+// maxBatch events, then waits for the write: a flood of requests cannot
+// grow a batch, and the wait of its first replies, without bound.
 const maxBatch = 1024
 
 // Load retries back off from minRetry to maxRetry.
@@ -38,6 +40,35 @@ type event struct {
 	key  group.TimerKey // evTimer
 	fn   func(*group.Machine)
 	done chan struct{} // evFunc: closed once fn ran and earlier replies are out
+}
+
+// batch is the records of consecutive events, to be made durable with one
+// Apply, and the replies that wait for them.
+type batch struct {
+	recs   []group.Record
+	hold   []held
+	events int
+	err    error // set by the writer
+}
+
+func (b *batch) empty() bool { return len(b.recs) == 0 && len(b.hold) == 0 }
+
+// reset empties b for reuse, dropping its references.
+func (b *batch) reset() {
+	clear(b.recs)
+	clear(b.hold)
+	b.recs, b.hold, b.events, b.err = b.recs[:0], b.hold[:0], 0, nil
+}
+
+// release sends the replies of a durable batch and completes its evFuncs.
+func (b *batch) release() {
+	for _, h := range b.hold {
+		if h.call != nil {
+			h.call.reply <- h.msg
+		} else {
+			close(h.done)
+		}
+	}
 }
 
 // call is one request waiting for its reply. reply has room for the one
@@ -76,12 +107,38 @@ type shard struct {
 	done  chan struct{} // closed when the loop has exited
 	ready chan struct{} // closed when the first load completed
 
+	// stepped counts the events the loop has stepped, for tests.
+	stepped atomic.Uint64
+
+	// The machine's deadlines, behind one clock callback armed at the
+	// earliest of them. tmu is held by the loop while it updates them and
+	// by the callback, which pops what is due, queues it as timer events
+	// and arms the next callback before it returns: with a virtual clock,
+	// every timer due within one Advance is queued by the time Advance
+	// returns, as with a callback per key.
+	tmu       sync.Mutex
+	tq        *timerQueue
+	armed     bool
+	armedAt   time.Time
+	armGen    uint64 // tells a callback it was replaced
+	stopArmed func() bool
+
 	// Loop-owned.
 	m         *group.Machine
-	timers    map[group.TimerKey]func() bool
 	waiting   map[group.RequestID]*call
 	nextID    group.RequestID
 	retention func() bool
+	spareQ    []event // a drained queue slice for take to reuse
+
+	// The batch being gathered, and the one the writer is making durable
+	// (nil if none). The writer takes batches from toWrite and hands them
+	// back on written once Apply returned; on success it has already
+	// released their replies.
+	cur      *batch
+	inflight *batch
+	spare    *batch
+	toWrite  chan *batch
+	written  chan *batch
 }
 
 func newShard(id int, cfg *Config, gcfg group.Config) *shard {
@@ -95,8 +152,11 @@ func newShard(id int, cfg *Config, gcfg group.Config) *shard {
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		ready:    make(chan struct{}),
-		timers:   map[group.TimerKey]func() bool{},
+		tq:       newTimerQueue(),
 		waiting:  map[group.RequestID]*call{},
+		cur:      &batch{},
+		toWrite:  make(chan *batch, 1),
+		written:  make(chan *batch, 1),
 	}
 }
 
@@ -181,95 +241,209 @@ func (s *shard) run() {
 		return
 	}
 	close(s.ready)
+	go s.writer()
+	// Every way out of the loop first waits for the batch in flight, so
+	// the writer is idle when it is told to stop.
+	defer close(s.toWrite)
 	s.armRetention()
-	for range s.wake {
-		s.mu.Lock()
-		n := min(len(s.queue), maxBatch)
-		evs := s.queue[:n:n]
-		s.queue = s.queue[n:]
-		more := len(s.queue) > 0
-		s.mu.Unlock()
-		if more {
-			s.signal()
+	for {
+		select {
+		case <-s.wake:
+		case b := <-s.written:
+			if !s.landed(b) {
+				return
+			}
 		}
-		if !s.process(evs) {
+		if !s.stepQueued() {
 			return
 		}
 	}
 }
 
-// process steps the machine through evs, makes all their records durable in
-// one Apply (group commit across requests), then releases their replies.
-// It reports false when the shard must stop.
-func (s *shard) process(evs []event) bool {
-	var recs []group.Record
-	var hold []held
-	collect := func(out group.Output) {
-		s.applyTimers(out.Timers)
-		recs = append(recs, out.Records...)
-		for _, r := range out.Replies {
-			cl := s.waiting[r.ID]
-			if cl == nil {
-				s.log.Error("reply for unknown request", "id", r.ID)
-				continue
+// writer makes batches durable in order, one at a time, and releases the
+// replies of each as soon as it is durable. It leaves failures to the loop.
+func (s *shard) writer() {
+	for b := range s.toWrite {
+		b.err = s.store.Apply(b.recs)
+		if b.err == nil {
+			b.release()
+		}
+		s.written <- b
+	}
+}
+
+// take removes up to n events from the queue.
+func (s *shard) take(n int) []event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) <= n {
+		evs := s.queue
+		s.queue, s.spareQ = s.spareQ[:0], nil
+		return evs
+	}
+	evs := s.queue[:n:n]
+	s.queue = s.queue[n:]
+	return evs
+}
+
+// stepQueued steps queued events into the current batch, handing batches
+// to the writer whenever it is free, until the queue is empty or the batch
+// is full while another is in flight. It reports false when the shard must
+// stop.
+func (s *shard) stepQueued() bool {
+	for {
+		// A write that landed meanwhile frees the writer for the batch
+		// gathered so far.
+		select {
+		case b := <-s.written:
+			if !s.landed(b) {
+				return false
 			}
-			delete(s.waiting, r.ID)
-			hold = append(hold, held{call: cl, msg: r.Msg})
+		default:
+		}
+		room := maxBatch - s.cur.events
+		if room <= 0 {
+			if s.inflight != nil {
+				return true // the queue is looked at again when it lands
+			}
+			s.flush()
+			continue
+		}
+		evs := s.take(room)
+		if len(evs) == 0 {
+			s.flush()
+			return true
+		}
+		ok := s.process(evs)
+		// Hand the slice back for take to reuse as the next queue.
+		clear(evs)
+		s.spareQ = evs[:0]
+		if !ok {
+			return false
+		}
+		s.flush()
+	}
+}
+
+// flush hands the current batch to the writer if the writer is free. A
+// batch without records needs no write: with nothing in flight before it,
+// its replies go out at once.
+func (s *shard) flush() {
+	if s.inflight != nil || s.cur.empty() {
+		return
+	}
+	b := s.cur
+	s.cur = s.newBatch()
+	if len(b.recs) == 0 {
+		b.release()
+		s.recycle(b)
+		return
+	}
+	s.inflight = b
+	s.toWrite <- b
+}
+
+func (s *shard) newBatch() *batch {
+	if b := s.spare; b != nil {
+		s.spare = nil
+		return b
+	}
+	return &batch{}
+}
+
+func (s *shard) recycle(b *batch) {
+	b.reset()
+	s.spare = b
+}
+
+// landed takes back a batch from the writer. If its write failed, neither
+// its replies nor those of any later event can be released as successes:
+// the machine has applied events whose records are not durable. See
+// reload. It reports false if the shard closed while rebuilding.
+func (s *shard) landed(b *batch) bool {
+	s.inflight = nil
+	if b.err == nil {
+		s.recycle(b)
+		return true
+	}
+	s.log.Error("store write failed; failing replies and reloading the shard from the store",
+		"records", len(b.recs), "replies", len(b.hold), "later replies", len(s.cur.hold), "err", b.err)
+	hold := append(b.hold, s.cur.hold...)
+	s.cur.reset()
+	ok := s.reload(hold)
+	s.recycle(b)
+	return ok
+}
+
+// drain waits until everything stepped so far is durable and answered.
+// It reports false if the shard closed while rebuilding after a failure.
+func (s *shard) drain() bool {
+	for s.inflight != nil || !s.cur.empty() {
+		s.flush()
+		if s.inflight == nil {
+			continue
+		}
+		if !s.landed(<-s.written) {
+			return false
 		}
 	}
+	return true
+}
+
+// process steps the machine through evs into the current batch. It
+// reports false when the shard must stop.
+func (s *shard) process(evs []event) bool {
 	for _, ev := range evs {
+		s.cur.events++
 		switch ev.kind {
 		case evRequest:
 			s.nextID++
 			id := s.nextID
 			s.waiting[id] = ev.call
-			collect(s.m.Step(s.clock.Now(), group.Request{
+			s.collect(s.m.Step(s.clock.Now(), group.Request{
 				ID:         id,
 				ClientID:   ev.call.clientID,
 				ClientHost: ev.call.clientHost,
 				Msg:        ev.call.req,
 			}))
 		case evTimer:
-			collect(s.m.Step(s.clock.Now(), group.Timer{Key: ev.key}))
+			s.collect(s.m.Step(s.clock.Now(), group.Timer{Key: ev.key}))
 		case evExpire:
-			collect(s.m.Step(s.clock.Now(), group.ExpireOffsets{}))
+			s.collect(s.m.Step(s.clock.Now(), group.ExpireOffsets{}))
 			s.armRetention()
 		case evFunc:
 			ev.fn(s.m)
-			hold = append(hold, held{done: ev.done})
+			s.cur.hold = append(s.cur.hold, held{done: ev.done})
 		case evClose:
 			// Everything before the close is answered normally; the
 			// rest of the queue is answered by shutdown.
-			s.commit(recs, hold)
+			s.stepped.Add(1)
+			s.drain()
 			return false
 		}
-	}
-	return s.commit(recs, hold)
-}
-
-// commit makes recs durable and then releases hold. If the write fails,
-// nothing in hold is acknowledged; see reload. It reports false if the
-// shard closed while rebuilding.
-func (s *shard) commit(recs []group.Record, hold []held) bool {
-	if len(recs) > 0 {
-		if err := s.store.Apply(recs); err != nil {
-			s.log.Error("store write failed; failing replies and reloading the shard from the store",
-				"records", len(recs), "replies", len(hold), "err", err)
-			return s.reload(hold)
-		}
-	}
-	for _, h := range hold {
-		if h.call != nil {
-			h.call.reply <- h.msg
-		} else {
-			close(h.done)
-		}
+		s.stepped.Add(1)
 	}
 	return true
 }
 
+// collect adds one step's effects to the current batch.
+func (s *shard) collect(out group.Output) {
+	s.applyTimers(out.Timers)
+	s.cur.recs = append(s.cur.recs, out.Records...)
+	for _, r := range out.Replies {
+		cl := s.waiting[r.ID]
+		if cl == nil {
+			s.log.Error("reply for unknown request", "id", r.ID)
+			continue
+		}
+		delete(s.waiting, r.ID)
+		s.cur.hold = append(s.cur.hold, held{call: cl, msg: r.Msg})
+	}
+}
+
 // reload drops the machine, whose state may be ahead of the store, and
-// rebuilds it from the store. The held replies and the requests parked in
+// rebuilds it from the store. Nothing may be in flight. The held replies
+// (of the failed batch and every later one) and the requests parked in
 // the old machine (JoinGroups, SyncGroups) are answered with
 // COORDINATOR_NOT_AVAILABLE, which clients retry; they are answered after
 // the first rebuild attempt so that a retry meets the restored state.
@@ -374,30 +548,97 @@ func (s *shard) load() error {
 	return nil
 }
 
-// applyTimers mirrors the machine's deadlines in the clock: one callback
-// per key, replaced when the key is rescheduled. A callback only queues a
-// Timer event; the machine ignores firings that are stale.
+// applyTimers mirrors the machine's deadlines in the timer queue. The
+// callback only queues Timer events; the machine ignores firings that are
+// stale.
 func (s *shard) applyTimers(us []group.TimerUpdate) {
+	if len(us) == 0 {
+		return
+	}
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
 	for _, u := range us {
-		if stop, ok := s.timers[u.Key]; ok {
-			stop()
-			delete(s.timers, u.Key)
-		}
 		if u.Cancel {
+			s.tq.remove(u.Key)
+		} else {
+			s.tq.set(u.Key, u.Deadline)
+		}
+	}
+	s.armLocked()
+}
+
+// armLocked makes sure a clock callback is armed no later than the
+// earliest deadline. A deadline that only moved later keeps the callback
+// armed for the earlier one, which then finds nothing due and re-arms.
+// Deadlines already due are queued at once.
+func (s *shard) armLocked() {
+	for {
+		at, ok := s.tq.next()
+		if !ok || (s.armed && !at.Before(s.armedAt)) {
+			return
+		}
+		if s.armed {
+			s.stopArmed()
+			s.armed = false
+		}
+		d := at.Sub(s.clock.Now())
+		if d <= 0 {
+			// A virtual clock would run the callback right here,
+			// under tmu.
+			s.queueDueLocked()
 			continue
 		}
-		key := u.Key
-		s.timers[key] = s.clock.AfterFunc(u.Deadline.Sub(s.clock.Now()), func() {
-			s.enqueue(event{kind: evTimer, key: key})
-		})
+		s.armGen++
+		gen := s.armGen
+		s.armed, s.armedAt = true, at
+		s.stopArmed = s.clock.AfterFunc(d, func() { s.fire(gen) })
+		return
 	}
 }
 
-func (s *shard) stopTimers() {
-	for k, stop := range s.timers {
-		stop()
-		delete(s.timers, k)
+// fire is the clock callback: it queues the keys that are due, in deadline
+// order, and arms the callback for the next deadline.
+func (s *shard) fire(gen uint64) {
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	if gen != s.armGen || !s.armed {
+		return // replaced or stopped after it started
 	}
+	s.armed = false
+	s.queueDueLocked()
+	s.armLocked()
+}
+
+func (s *shard) queueDueLocked() {
+	now := s.clock.Now()
+	var evs []event
+	for {
+		k, ok := s.tq.popDue(now)
+		if !ok {
+			break
+		}
+		evs = append(evs, event{kind: evTimer, key: k})
+	}
+	if len(evs) == 0 {
+		return
+	}
+	s.mu.Lock()
+	if !s.closed {
+		s.queue = append(s.queue, evs...)
+	}
+	s.mu.Unlock()
+	s.signal()
+}
+
+func (s *shard) stopTimers() {
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	s.tq.clear()
+	if s.armed {
+		s.stopArmed()
+		s.armed = false
+	}
+	s.armGen++
 }
 
 func (s *shard) armRetention() {

@@ -1,0 +1,265 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/store"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// gate blocks the first Apply of a store.Memory until opened, so a test can
+// hold a batch in flight.
+type gate struct {
+	entered  chan struct{}
+	open     chan struct{}
+	calls    atomic.Int32
+	openOnce sync.Once
+}
+
+// holdFirstApply gates the next Apply of st. The gate opens at the end of
+// the test at the latest, so that a failing test does not hang in Close.
+func holdFirstApply(t *testing.T, st *store.Memory) *gate {
+	g := &gate{entered: make(chan struct{}), open: make(chan struct{})}
+	st.OnApply(func([]group.Record) {
+		if g.calls.Add(1) != 1 {
+			return
+		}
+		close(g.entered)
+		<-g.open
+	})
+	t.Cleanup(g.release)
+	return g
+}
+
+func (g *gate) release() { g.openOnce.Do(func() { close(g.open) }) }
+
+func (g *gate) waitEntered(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(hangGuard):
+		t.Fatal("Apply never started (hang guard)")
+	}
+}
+
+// waitStepped waits until the shard owning groupID has stepped n events.
+func waitStepped(t *testing.T, e *env, groupID string, n uint64) {
+	t.Helper()
+	s := e.c.shardOf(groupID)
+	deadline := time.Now().Add(hangGuard)
+	for s.stepped.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d events stepped, want %d", s.stepped.Load(), n)
+		}
+		runtime.Gosched()
+	}
+}
+
+func notYet(t *testing.T, what string, ch <-chan result) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("%s answered before its batch was durable: %+v", what, r.resp)
+	default:
+	}
+}
+
+func commitCode(r kmsg.Response) int16 {
+	return r.(*kmsg.OffsetCommitResponse).Topics[0].Partitions[0].ErrorCode
+}
+
+// While a batch is being written, the shard goes on stepping later events
+// into the next batch, and holds their replies (even those that write
+// nothing) until everything before them is durable.
+func TestPipelineHoldsRepliesUntilDurable(t *testing.T) {
+	st := store.NewMemoryShards(testShards)
+	e := newEnv(t, st)
+	g := holdFirstApply(t, st)
+	other := sameShard("g")
+	base := e.c.shardOf("g").stepped.Load()
+
+	first := e.start(commitReq("g", 1))
+	g.waitEntered(t)
+	second := e.start(commitReq(other, 2))
+	waitStepped(t, e, "g", base+2)
+	fetch := e.start(fetchReq(other)) // writes nothing, but reads the second commit
+	waitStepped(t, e, "g", base+3)
+
+	// Stepped, and the machine has the second offset in memory, but
+	// nothing after the first commit is answered.
+	runtime.Gosched()
+	notYet(t, "first commit", first)
+	notYet(t, "second commit", second)
+	notYet(t, "fetch", fetch)
+	if calls := g.calls.Load(); calls != 1 {
+		t.Fatalf("%d Apply calls while the first is in flight, want 1", calls)
+	}
+
+	g.release()
+	code(t, "first commit", commitCode(e.wait(first)), 0)
+	code(t, "second commit", commitCode(e.wait(second)), 0)
+	f := e.wait(fetch).(*kmsg.OffsetFetchResponse)
+	if got := f.Topics[0].Partitions[0].Offset; got != 2 {
+		t.Fatalf("fetched offset %d, want 2", got)
+	}
+	if calls := g.calls.Load(); calls != 2 {
+		t.Fatalf("%d Apply calls, want 2: the commit stepped during the write is one batch", calls)
+	}
+}
+
+// A failed write fails the replies of its batch and of every event stepped
+// after it, even those whose own batch was never written, and the shard
+// comes back with what the store has.
+func TestPipelineFailedWriteFailsLaterReplies(t *testing.T) {
+	st := store.NewMemoryShards(testShards)
+	e := newEnv(t, st)
+	other := sameShard("g")
+	code(t, "durable commit", commitCode(e.do(commitReq("g", 1))), 0)
+	first := e.do(joinReq(other, "")).(*kmsg.JoinGroupResponse)
+	joined := e.start(joinReq(other, first.MemberID)) // parked for the initial delay
+	e.waitParked(1)
+
+	g := holdFirstApply(t, st)
+	base := e.c.shardOf("g").stepped.Load()
+	failing := e.start(commitReq("g", 2))
+	g.waitEntered(t)
+	later := e.start(commitReq("g", 3))
+	hb := e.start(heartbeatReq(other, first.MemberID, 0))
+	waitStepped(t, e, "g", base+3)
+	notYet(t, "later commit", later)
+	notYet(t, "heartbeat", hb)
+
+	st.FailNext(errors.New("disk full"))
+	g.release()
+	code(t, "failed commit", commitCode(e.wait(failing)), kerr.CoordinatorNotAvailable.Code)
+	code(t, "later commit", commitCode(e.wait(later)), kerr.CoordinatorNotAvailable.Code)
+	code(t, "heartbeat", e.wait(hb).(*kmsg.HeartbeatResponse).ErrorCode, kerr.CoordinatorNotAvailable.Code)
+	code(t, "parked join", e.wait(joined).(*kmsg.JoinGroupResponse).ErrorCode, kerr.CoordinatorNotAvailable.Code)
+	if calls := g.calls.Load(); calls != 1 {
+		t.Fatalf("%d Apply calls: the later commit's batch must not be written", calls)
+	}
+
+	// Offsets 2 and 3 were in memory only; the rebuilt machine has 1.
+	f := e.do(fetchReq("g")).(*kmsg.OffsetFetchResponse)
+	if got := f.Topics[0].Partitions[0].Offset; got != 1 {
+		t.Fatalf("offset after the failed write = %d, want 1", got)
+	}
+	code(t, "retry", commitCode(e.do(commitReq("g", 3))), 0)
+	if got := e.do(fetchReq("g")).(*kmsg.OffsetFetchResponse).Topics[0].Partitions[0].Offset; got != 3 {
+		t.Fatalf("offset after retry = %d, want 3", got)
+	}
+}
+
+// Close waits for the batch in flight and writes what was stepped after
+// it before answering the rest with NOT_COORDINATOR.
+func TestPipelineCloseWritesSteppedBatches(t *testing.T) {
+	st := store.NewMemoryShards(testShards)
+	e := newEnv(t, st)
+	g := holdFirstApply(t, st)
+	base := e.c.shardOf("g").stepped.Load()
+	first := e.start(commitReq("g", 1))
+	g.waitEntered(t)
+	second := e.start(commitReq(sameShard("g"), 2))
+	waitStepped(t, e, "g", base+2)
+	done := make(chan struct{})
+	go func() { e.c.Close(); close(done) }()
+	g.release()
+	code(t, "first commit", commitCode(e.wait(first)), 0)
+	code(t, "second commit", commitCode(e.wait(second)), 0)
+	select {
+	case <-done:
+	case <-time.After(hangGuard):
+		t.Fatal("Close hangs")
+	}
+	if calls := g.calls.Load(); calls != 2 {
+		t.Fatalf("%d Apply calls, want 2", calls)
+	}
+}
+
+// Deadlines share one clock callback; moving one later does not re-arm
+// it, and a deadline that moved later still fires at its new time.
+func TestTimerQueueOrder(t *testing.T) {
+	q := newTimerQueue()
+	at := func(ms int) time.Time { return epoch.Add(time.Duration(ms) * time.Millisecond) }
+	key := func(m string) group.TimerKey {
+		return group.TimerKey{Group: "g", Kind: group.TimerHeartbeat, Member: m}
+	}
+	q.set(key("a"), at(10))
+	q.set(key("b"), at(20))
+	q.set(key("c"), at(20))
+	q.set(key("d"), at(5))
+	q.remove(key("d"))
+	q.set(key("a"), at(30)) // later: stays in place
+	if next, _ := q.next(); !next.Equal(at(10)) {
+		t.Fatalf("next %v, want the old place of a", next)
+	}
+	var got []string
+	for {
+		k, ok := q.popDue(at(25))
+		if !ok {
+			break
+		}
+		got = append(got, k.Member)
+	}
+	if len(got) != 2 || got[0] != "b" || got[1] != "c" {
+		t.Fatalf("due at 25: %v, want [b c]", got)
+	}
+	if next, _ := q.next(); !next.Equal(at(30)) {
+		t.Fatalf("next %v, want 30", next)
+	}
+	q.set(key("a"), at(1)) // earlier: moves up
+	if k, ok := q.popDue(at(1)); !ok || k.Member != "a" || q.len() != 0 {
+		t.Fatalf("popDue = %v %v, len %d", k, ok, q.len())
+	}
+}
+
+// TestTimerQueueRandom checks the queue against a plain map under random
+// sets and removals: every key pops once, in (deadline, key) order, at the
+// deadline it was last given.
+func TestTimerQueueRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 50; round++ {
+		q := newTimerQueue()
+		want := map[group.TimerKey]time.Time{}
+		for i := 0; i < 300; i++ {
+			k := group.TimerKey{Group: "g", Kind: group.TimerHeartbeat, Member: fmt.Sprint(rng.IntN(40))}
+			if rng.IntN(4) == 0 {
+				q.remove(k)
+				delete(want, k)
+				continue
+			}
+			d := epoch.Add(time.Duration(rng.IntN(100)) * time.Millisecond)
+			q.set(k, d)
+			want[k] = d
+		}
+		var prev time.Time
+		var prevKey group.TimerKey
+		for n := 0; ; n++ {
+			k, ok := q.popDue(epoch.Add(time.Second))
+			if !ok {
+				if len(want) != 0 {
+					t.Fatalf("round %d: %d keys never popped", round, len(want))
+				}
+				break
+			}
+			d, found := want[k]
+			if !found {
+				t.Fatalf("round %d: popped %v, not scheduled", round, k)
+			}
+			if n > 0 && (d.Before(prev) || d.Equal(prev) && compareTimerKeys(k, prevKey) < 0) {
+				t.Fatalf("round %d: %v at %v popped after %v at %v", round, k, d, prevKey, prev)
+			}
+			delete(want, k)
+			prev, prevKey = d, k
+		}
+	}
+}
