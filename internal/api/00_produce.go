@@ -102,7 +102,7 @@ type durableProduce struct {
 	version int16
 }
 
-func (d *durableProduce) Wait() {
+func (d *durableProduce) Wait() error {
 	var wg sync.WaitGroup
 	for _, s := range d.syncs {
 		wg.Go(func() {
@@ -114,6 +114,7 @@ func (d *durableProduce) Wait() {
 		})
 	}
 	wg.Wait()
+	return nil
 }
 
 func (h *Handler) setProduceError(version int16, topic string, sp *kmsg.ProduceResponseTopicPartition, err error) {

@@ -42,17 +42,15 @@ func (h *Handler) offsetCommit(ctx context.Context, r *server.Request) (kmsg.Res
 	}
 	sub := *r
 	sub.Msg = byName
-	resp, err := h.coordinate(ctx, &sub)
-	if err != nil {
-		return nil, err
-	}
-	out := resp.(*kmsg.OffsetCommitResponse)
-	out.Version = req.Version
-	for i := range out.Topics {
-		if t, ok := h.b.Topic(out.Topics[i].Topic); ok {
-			out.Topics[i].TopicID = t.ID
+	return h.coordinateThen(ctx, &sub, func(resp kmsg.Response) kmsg.Response {
+		out := resp.(*kmsg.OffsetCommitResponse)
+		out.Version = req.Version
+		for i := range out.Topics {
+			if t, ok := h.b.Topic(out.Topics[i].Topic); ok {
+				out.Topics[i].TopicID = t.ID
+			}
 		}
-	}
-	out.Topics = append(out.Topics, unknown...)
-	return out, nil
+		out.Topics = append(out.Topics, unknown...)
+		return out
+	}), nil
 }

@@ -51,24 +51,22 @@ func (h *Handler) offsetFetch(ctx context.Context, r *server.Request) (kmsg.Resp
 	}
 	sub := *r
 	sub.Msg = byName
-	resp, err := h.coordinate(ctx, &sub)
-	if err != nil {
-		return nil, err
-	}
-	out := resp.(*kmsg.OffsetFetchResponse)
-	out.Version = req.Version
-	for i := range out.Groups {
-		g := &out.Groups[i]
-		kept := g.Topics[:0]
-		for _, t := range g.Topics {
-			// A v10 reply can only name topics by id: offsets of a
-			// topic that no longer exists cannot be expressed.
-			if topic, ok := h.b.Topic(t.Topic); ok {
-				t.TopicID = topic.ID
-				kept = append(kept, t)
+	return h.coordinateThen(ctx, &sub, func(resp kmsg.Response) kmsg.Response {
+		out := resp.(*kmsg.OffsetFetchResponse)
+		out.Version = req.Version
+		for i := range out.Groups {
+			g := &out.Groups[i]
+			kept := g.Topics[:0]
+			for _, t := range g.Topics {
+				// A v10 reply can only name topics by id: offsets of a
+				// topic that no longer exists cannot be expressed.
+				if topic, ok := h.b.Topic(t.Topic); ok {
+					t.TopicID = topic.ID
+					kept = append(kept, t)
+				}
 			}
+			g.Topics = append(kept, unknown[g.Group]...)
 		}
-		g.Topics = append(kept, unknown[g.Group]...)
-	}
-	return out, nil
+		return out
+	}), nil
 }

@@ -6,21 +6,50 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/groupd/groupd/internal/coordinator"
 	"github.com/groupd/groupd/internal/server"
 )
 
 // Coordinator serves the group APIs (internal/coordinator).
 type Coordinator interface {
-	Handle(ctx context.Context, clientID, clientHost string, req kmsg.Request) (kmsg.Response, error)
+	Submit(ctx context.Context, clientID, clientHost string, req kmsg.Request) coordinator.Wait
 }
 
-// coordinate hands a group request to the coordinator. It may wait for as
-// long as a rebalance takes: a JoinGroup is answered when the join phase
-// completes, a follower's SyncGroup when the leader's arrives.
+// coordinate hands a group request to the coordinator in request order and
+// answers with a reply the server writes once the coordinator has released
+// it. That may take as long as a rebalance: a JoinGroup is answered when
+// the join phase completes, a follower's SyncGroup when the leader's
+// arrives, a commit when it is durable. Meanwhile the connection's next
+// requests are already handled, so pipelined commits share a write.
 func (h *Handler) coordinate(ctx context.Context, r *server.Request) (kmsg.Response, error) {
+	return h.coordinateThen(ctx, r, nil), nil
+}
+
+// coordinateThen is coordinate with a step that adapts the coordinator's
+// response before it is written.
+func (h *Handler) coordinateThen(ctx context.Context, r *server.Request, then func(kmsg.Response) kmsg.Response) *later {
 	host := ""
 	if tcp, ok := r.Remote.(*net.TCPAddr); ok {
 		host = "/" + tcp.IP.String()
 	}
-	return h.coord.Handle(ctx, r.Header.ClientID, host, r.Msg)
+	wait := h.coord.Submit(ctx, r.Header.ClientID, host, r.Msg)
+	return &later{wait: func() (kmsg.Response, error) {
+		resp, err := wait(ctx)
+		if err == nil && then != nil {
+			resp = then(resp)
+		}
+		return resp, err
+	}}
+}
+
+// later is a response known only after Wait (server.Waiter).
+type later struct {
+	kmsg.Response
+	wait func() (kmsg.Response, error)
+}
+
+func (l *later) Wait() error {
+	resp, err := l.wait()
+	l.Response = resp
+	return err
 }

@@ -203,20 +203,61 @@ func (c *Coordinator) Handle(ctx context.Context, clientID, clientHost string, r
 }
 
 func (c *Coordinator) single(ctx context.Context, groupID, clientID, clientHost string, req kmsg.Request) (kmsg.Response, error) {
-	return c.shardOf(groupID).do(ctx, clientID, clientHost, req)
+	return c.shardOf(groupID).do(clientID, clientHost, req)(ctx)
 }
 
-// do sends req to the shard and waits for its reply or ctx.
-func (s *shard) do(ctx context.Context, clientID, clientHost string, req kmsg.Request) (kmsg.Response, error) {
+// Wait waits for the reply to a submitted request, or for ctx to end.
+type Wait func(ctx context.Context) (kmsg.Response, error)
+
+// Submit queues a request on its shard before it returns, and returns the
+// wait for its reply. Requests a caller submits one after another reach
+// their shard in that order, but their waits may overlap: a connection's
+// pipelined commits then share one durable write instead of each waiting
+// for its own. Requests naming several groups are answered before Submit
+// returns.
+func (c *Coordinator) Submit(ctx context.Context, clientID, clientHost string, req kmsg.Request) Wait {
+	var groupID string
+	switch r := req.(type) {
+	case *kmsg.JoinGroupRequest:
+		groupID = r.Group
+	case *kmsg.SyncGroupRequest:
+		groupID = r.Group
+	case *kmsg.HeartbeatRequest:
+		groupID = r.Group
+	case *kmsg.LeaveGroupRequest:
+		groupID = r.Group
+	case *kmsg.OffsetCommitRequest:
+		groupID = r.Group
+	case *kmsg.OffsetDeleteRequest:
+		groupID = r.Group
+	case *kmsg.OffsetFetchRequest:
+		if r.Version >= 8 {
+			return answered(c.Handle(ctx, clientID, clientHost, req))
+		}
+		groupID = r.Group
+	default:
+		return answered(c.Handle(ctx, clientID, clientHost, req))
+	}
+	return c.shardOf(groupID).do(clientID, clientHost, req)
+}
+
+func answered(resp kmsg.Response, err error) Wait {
+	return func(context.Context) (kmsg.Response, error) { return resp, err }
+}
+
+// do queues req on the shard and returns the wait for its reply.
+func (s *shard) do(clientID, clientHost string, req kmsg.Request) Wait {
 	cl := &call{req: req, clientID: clientID, clientHost: clientHost, reply: make(chan kmsg.Response, 1)}
 	if resp := s.submit(cl); resp != nil {
-		return resp, nil
+		return answered(resp, nil)
 	}
-	select {
-	case resp := <-cl.reply:
-		return resp, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	return func(ctx context.Context) (kmsg.Response, error) {
+		select {
+		case resp := <-cl.reply:
+			return resp, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 }
 
@@ -261,7 +302,7 @@ func gather(ctx context.Context, clientID, clientHost string, parts []*part) err
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.resp, errs[i] = p.shard.do(ctx, clientID, clientHost, p.req)
+			p.resp, errs[i] = p.shard.do(clientID, clientHost, p.req)(ctx)
 		}()
 	}
 	wg.Wait()
@@ -285,7 +326,7 @@ func (c *Coordinator) describeGroups(ctx context.Context, clientID, clientHost s
 		if len(parts) == 0 {
 			return ErrorResponse(r, 0), nil
 		}
-		return parts[0].shard.do(ctx, clientID, clientHost, r)
+		return parts[0].shard.do(clientID, clientHost, r)(ctx)
 	}
 	for _, p := range parts {
 		sub := *r
@@ -319,7 +360,7 @@ func (c *Coordinator) deleteGroups(ctx context.Context, clientID, clientHost str
 		if len(parts) == 0 {
 			return ErrorResponse(r, 0), nil
 		}
-		return parts[0].shard.do(ctx, clientID, clientHost, r)
+		return parts[0].shard.do(clientID, clientHost, r)(ctx)
 	}
 	for _, p := range parts {
 		sub := *r
@@ -357,7 +398,7 @@ func (c *Coordinator) offsetFetchGroups(ctx context.Context, clientID, clientHos
 		if len(parts) == 0 {
 			return ErrorResponse(r, 0), nil
 		}
-		return parts[0].shard.do(ctx, clientID, clientHost, r)
+		return parts[0].shard.do(clientID, clientHost, r)(ctx)
 	}
 	for _, p := range parts {
 		sub := *r

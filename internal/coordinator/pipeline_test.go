@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -261,5 +262,27 @@ func TestTimerQueueRandom(t *testing.T) {
 			delete(want, k)
 			prev, prevKey = d, k
 		}
+	}
+}
+
+// TestSubmitKeepsOrder submits commits to one partition one after another
+// without waiting, as a connection's pipelined requests are: they must
+// apply in submission order, so the last one wins.
+func TestSubmitKeepsOrder(t *testing.T) {
+	e := newEnv(t, store.NewMemoryShards(testShards))
+	ctx := context.Background()
+	var waits []Wait
+	for off := int64(1); off <= 50; off++ {
+		waits = append(waits, e.c.Submit(ctx, "client", "/127.0.0.1", commitReq("g", off)))
+	}
+	for i, w := range waits {
+		resp, err := w(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code(t, fmt.Sprintf("commit %d", i+1), commitCode(resp), 0)
+	}
+	if got := e.do(fetchReq("g")).(*kmsg.OffsetFetchResponse).Topics[0].Partitions[0].Offset; got != 50 {
+		t.Fatalf("committed offset %d after submitting 1..50 in order, want 50", got)
 	}
 }

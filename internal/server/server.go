@@ -43,14 +43,14 @@ type Handler interface {
 
 // Waiter is implemented by a response that may only be sent later: the
 // handler did, in request order, what had to be ordered (an append), and
-// Wait blocks until the response may be written (the append is durable).
-// Wait may still change the response, for example to report a failed
-// fsync. Waiting happens in reply order while later requests on the
-// connection are already being handled, so pipelined requests share the
-// wait.
+// Wait blocks until the response may be written (the append is durable,
+// the coordinator has answered). Wait may still change the response, for
+// example to report a failed fsync; an error closes the connection.
+// Waiting happens in reply order while later requests on the connection
+// are already being handled, so pipelined requests share the wait.
 type Waiter interface {
 	kmsg.Response
-	Wait()
+	Wait() error
 }
 
 // Config configures a Server.
@@ -318,7 +318,12 @@ func (c *conn) writeLoop() {
 				// blocking.
 				bw.Flush()
 			}
-			w.Wait()
+			if err := w.Wait(); err != nil {
+				c.srv.log.Warn("closing connection: request failed", "remote", c.nc.RemoteAddr().String(), "err", err)
+				failed = true
+				c.stopReading()
+				continue
+			}
 		}
 		buf = AppendResponse(buf[:0], r.corr, r.resp)
 		if _, err := bw.Write(buf); err != nil {
