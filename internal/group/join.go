@@ -288,6 +288,8 @@ func (m *Machine) addMember(g *group, j joinArgs, id string) {
 func (m *Machine) replaceStaticMember(g *group, j joinArgs, oldID, newID string) {
 	old := g.members[oldID]
 	oldLeader := g.leader
+	// Read before the new incarnation's metadata replaces the old one's.
+	handover := g.protocolType == consumerProtocolType && revocationPending(old.metadataFor(g.protocol), old.assignment)
 	// Fence the previous incarnation's parked requests at once.
 	if old.join != nil {
 		m.replyJoinError(old.join, errFencedInstanceID, oldID)
@@ -327,7 +329,13 @@ func (m *Machine) replaceStaticMember(g *group, j joinArgs, oldID, newID string)
 
 	switch g.state {
 	case Stable:
-		if g.selectProtocol() != g.protocol {
+		// A cooperative member whose assignment lacks partitions it
+		// reported owning was to revoke them and rejoin, so that the
+		// next round hands them over. Its new incarnation owns nothing
+		// and will not rejoin: without a rebalance those partitions
+		// would stay unassigned. Kafka replaces without a rebalance
+		// here too; groupd rebalances instead.
+		if g.selectProtocol() != g.protocol || handover {
 			m.prepareRebalance(g, reason{trigger: TriggerStaticMemberRejoin, member: newID})
 			return
 		}
@@ -571,4 +579,35 @@ func (m *Machine) onSyncExpired(g *group) {
 		}
 	}
 	m.prepareRebalance(g, reason{TriggerPendingSyncTimeout, ids[0], ids})
+}
+
+// revocationPending reports whether a consumer-protocol member's
+// subscription metadata claims a partition that its assignment no longer
+// holds: under the cooperative protocol the member must still revoke it
+// and rejoin. Metadata that does not parse claims nothing.
+func revocationPending(metadata, assignment []byte) bool {
+	var md kmsg.ConsumerMemberMetadata
+	if md.ReadFrom(metadata) != nil || len(md.OwnedPartitions) == 0 {
+		return false
+	}
+	var as kmsg.ConsumerMemberAssignment
+	if as.ReadFrom(assignment) != nil {
+		return false
+	}
+	assigned := make(map[string]map[int32]bool, len(as.Topics))
+	for _, t := range as.Topics {
+		ps := make(map[int32]bool, len(t.Partitions))
+		for _, p := range t.Partitions {
+			ps[p] = true
+		}
+		assigned[t.Topic] = ps
+	}
+	for _, t := range md.OwnedPartitions {
+		for _, p := range t.Partitions {
+			if !assigned[t.Topic][p] {
+				return true
+			}
+		}
+	}
+	return false
 }

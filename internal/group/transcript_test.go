@@ -136,6 +136,27 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			} else {
 				md := kmsg.NewConsumerMemberMetadata()
 				md.Topics = topics
+				// owned=(t.0.1,u.2) reports owned partitions, as a
+				// cooperative client does (subscription v1+).
+				for _, item := range args["owned"] {
+					if item == "" {
+						continue
+					}
+					f := strings.Split(item, ".")
+					op := kmsg.NewConsumerMemberMetadataOwnedPartition()
+					op.Topic = f[0]
+					for _, p := range f[1:] {
+						n, err := strconv.Atoi(p)
+						if err != nil {
+							t.Fatalf("%s: owned %q: %v", d.Pos, item, err)
+						}
+						op.Partitions = append(op.Partitions, int32(n))
+					}
+					md.OwnedPartitions = append(md.OwnedPartitions, op)
+				}
+				if has("owned") {
+					md.Version = 1
+				}
 				jp.Metadata = md.AppendTo(nil)
 			}
 			req.Protocols = append(req.Protocols, jp)
@@ -518,6 +539,14 @@ func fmtAssignment(b []byte) string {
 
 func fmtMetadata(b []byte) string {
 	if topics, ok := parseSubscribedTopics(b); ok {
+		var md kmsg.ConsumerMemberMetadata
+		if md.ReadFrom(b) == nil && md.Version >= 1 {
+			var owned []string
+			for _, t := range md.OwnedPartitions {
+				owned = append(owned, fmt.Sprintf("%s%v", t.Topic, t.Partitions))
+			}
+			return fmt.Sprintf("topics=%v owned=%s", topics, strings.Join(owned, "+"))
+		}
 		return fmt.Sprintf("topics=%v", topics)
 	}
 	return fmt.Sprintf("%q", b)
