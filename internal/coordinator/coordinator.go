@@ -320,109 +320,91 @@ func mismatch(kind string, want, got int) error {
 	return fmt.Errorf("coordinator: %s shard answered %d groups for %d asked", kind, got, want)
 }
 
-func (c *Coordinator) describeGroups(ctx context.Context, clientID, clientHost string, r *kmsg.DescribeGroupsRequest) (kmsg.Response, error) {
-	parts := c.split(r.Groups)
-	if len(parts) <= 1 {
-		if len(parts) == 0 {
-			return ErrorResponse(r, 0), nil
-		}
-		return parts[0].shard.do(clientID, clientHost, r)(ctx)
+// scatter serves a request that names several groups: it asks each shard
+// for its groups, with the request rebuilt by ask, and puts the per-group
+// answers (taken from each shard's response by answers) back in request
+// order. With one shard involved, that shard's response is returned as it
+// is, in single.
+func scatter[G, A any](ctx context.Context, c *Coordinator, clientID, clientHost string, r kmsg.Request, groups []G, id func(G) string,
+	ask func([]G) kmsg.Request, answers func(kmsg.Response) []A,
+) (single kmsg.Response, merged []A, err error) {
+	ids := make([]string, len(groups))
+	for i, g := range groups {
+		ids[i] = id(g)
+	}
+	parts := c.split(ids)
+	switch len(parts) {
+	case 0:
+		return ErrorResponse(r, 0), nil, nil
+	case 1:
+		single, err = parts[0].shard.do(clientID, clientHost, r)(ctx)
+		return single, nil, err
 	}
 	for _, p := range parts {
-		sub := *r
-		sub.Groups = make([]string, len(p.idx))
+		sub := make([]G, len(p.idx))
 		for j, i := range p.idx {
-			sub.Groups[j] = r.Groups[i]
+			sub[j] = groups[i]
 		}
-		p.req = &sub
+		p.req = ask(sub)
 	}
 	if err := gather(ctx, clientID, clientHost, parts); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := kmsg.NewPtrDescribeGroupsResponse()
-	out.Version = r.Version
-	out.Groups = make([]kmsg.DescribeGroupsResponseGroup, len(r.Groups))
+	merged = make([]A, len(groups))
 	for _, p := range parts {
-		got := p.resp.(*kmsg.DescribeGroupsResponse).Groups
+		got := answers(p.resp)
 		if len(got) != len(p.idx) {
-			return nil, mismatch("DescribeGroups", len(p.idx), len(got))
+			return nil, nil, mismatch(kmsg.NameForKey(r.Key()), len(p.idx), len(got))
 		}
 		for j, i := range p.idx {
-			out.Groups[i] = got[j]
+			merged[i] = got[j]
 		}
 	}
+	return nil, merged, nil
+}
+
+func self(s string) string { return s }
+
+func (c *Coordinator) describeGroups(ctx context.Context, clientID, clientHost string, r *kmsg.DescribeGroupsRequest) (kmsg.Response, error) {
+	single, merged, err := scatter(ctx, c, clientID, clientHost, r, r.Groups, self,
+		func(gs []string) kmsg.Request { sub := *r; sub.Groups = gs; return &sub },
+		func(resp kmsg.Response) []kmsg.DescribeGroupsResponseGroup {
+			return resp.(*kmsg.DescribeGroupsResponse).Groups
+		})
+	if single != nil || err != nil {
+		return single, err
+	}
+	out := kmsg.NewPtrDescribeGroupsResponse()
+	out.Version, out.Groups = r.Version, merged
 	return out, nil
 }
 
 func (c *Coordinator) deleteGroups(ctx context.Context, clientID, clientHost string, r *kmsg.DeleteGroupsRequest) (kmsg.Response, error) {
-	parts := c.split(r.Groups)
-	if len(parts) <= 1 {
-		if len(parts) == 0 {
-			return ErrorResponse(r, 0), nil
-		}
-		return parts[0].shard.do(clientID, clientHost, r)(ctx)
-	}
-	for _, p := range parts {
-		sub := *r
-		sub.Groups = make([]string, len(p.idx))
-		for j, i := range p.idx {
-			sub.Groups[j] = r.Groups[i]
-		}
-		p.req = &sub
-	}
-	if err := gather(ctx, clientID, clientHost, parts); err != nil {
-		return nil, err
+	single, merged, err := scatter(ctx, c, clientID, clientHost, r, r.Groups, self,
+		func(gs []string) kmsg.Request { sub := *r; sub.Groups = gs; return &sub },
+		func(resp kmsg.Response) []kmsg.DeleteGroupsResponseGroup {
+			return resp.(*kmsg.DeleteGroupsResponse).Groups
+		})
+	if single != nil || err != nil {
+		return single, err
 	}
 	out := kmsg.NewPtrDeleteGroupsResponse()
-	out.Version = r.Version
-	out.Groups = make([]kmsg.DeleteGroupsResponseGroup, len(r.Groups))
-	for _, p := range parts {
-		got := p.resp.(*kmsg.DeleteGroupsResponse).Groups
-		if len(got) != len(p.idx) {
-			return nil, mismatch("DeleteGroups", len(p.idx), len(got))
-		}
-		for j, i := range p.idx {
-			out.Groups[i] = got[j]
-		}
-	}
+	out.Version, out.Groups = r.Version, merged
 	return out, nil
 }
 
 func (c *Coordinator) offsetFetchGroups(ctx context.Context, clientID, clientHost string, r *kmsg.OffsetFetchRequest) (kmsg.Response, error) {
-	ids := make([]string, len(r.Groups))
-	for i, g := range r.Groups {
-		ids[i] = g.Group
-	}
-	parts := c.split(ids)
-	if len(parts) <= 1 {
-		if len(parts) == 0 {
-			return ErrorResponse(r, 0), nil
-		}
-		return parts[0].shard.do(clientID, clientHost, r)(ctx)
-	}
-	for _, p := range parts {
-		sub := *r
-		sub.Groups = make([]kmsg.OffsetFetchRequestGroup, len(p.idx))
-		for j, i := range p.idx {
-			sub.Groups[j] = r.Groups[i]
-		}
-		p.req = &sub
-	}
-	if err := gather(ctx, clientID, clientHost, parts); err != nil {
-		return nil, err
+	single, merged, err := scatter(ctx, c, clientID, clientHost, r, r.Groups,
+		func(g kmsg.OffsetFetchRequestGroup) string { return g.Group },
+		func(gs []kmsg.OffsetFetchRequestGroup) kmsg.Request { sub := *r; sub.Groups = gs; return &sub },
+		func(resp kmsg.Response) []kmsg.OffsetFetchResponseGroup {
+			return resp.(*kmsg.OffsetFetchResponse).Groups
+		})
+	if single != nil || err != nil {
+		return single, err
 	}
 	out := kmsg.NewPtrOffsetFetchResponse()
-	out.Version = r.Version
-	out.Groups = make([]kmsg.OffsetFetchResponseGroup, len(r.Groups))
-	for _, p := range parts {
-		got := p.resp.(*kmsg.OffsetFetchResponse).Groups
-		if len(got) != len(p.idx) {
-			return nil, mismatch("OffsetFetch", len(p.idx), len(got))
-		}
-		for j, i := range p.idx {
-			out.Groups[i] = got[j]
-		}
-	}
+	out.Version, out.Groups = r.Version, merged
 	return out, nil
 }
 
