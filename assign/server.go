@@ -20,7 +20,9 @@ func (uniformAssignor) Assign(members []Member, topics map[string]int32) Assignm
 	e := newEngine(l, false)
 	e.claim(exactClaims)
 	e.solve()
-	return l.build(e.owner)
+	a := l.build(e.owner)
+	e.release()
+	return a
 }
 
 // ServerRange returns the KIP-848 server-side range assignor ("range"),

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"sync"
 )
 
 // Sticky returns Kafka's StickyAssignor ("sticky"), an eager assignor:
@@ -53,7 +54,9 @@ func (s stickyAssignor) Assign(members []Member, topics map[string]int32) Assign
 	if s.cooperative {
 		e.withholdTransfers()
 	}
-	return l.build(e.owner)
+	a := l.build(e.owner)
+	e.release()
+	return a
 }
 
 // stickyClaims is what the eager sticky assignor believes a member owned:
@@ -113,6 +116,21 @@ type engine struct {
 	load    []int32
 	// claimed is set when some partition has a previous owner.
 	claimed bool
+	// buf backs owner, prev and claimer; release returns it to engineBufs.
+	buf []int32
+}
+
+// engineBufs keeps the per-partition arrays of finished solves: a
+// coordinator runs the same assignor over the same group again and again,
+// and these arrays are most of what one solve allocates.
+var engineBufs sync.Pool // of *[]int32
+
+// release hands the engine's arrays back for reuse; the engine must not be
+// used afterwards. The built Assignment does not alias them.
+func (e *engine) release() {
+	b := e.buf[:0]
+	e.buf, e.owner, e.prev, e.claimer = nil, nil, nil, nil
+	engineBufs.Put(&b)
 }
 
 // newEngine allocates the solver; withClaimer keeps every raw claim, which
@@ -124,7 +142,13 @@ func newEngine(l *layout, withClaimer bool) *engine {
 	if withClaimer {
 		k = 3
 	}
-	buf := make([]int32, k*n)
+	var buf []int32
+	if p, ok := engineBufs.Get().(*[]int32); ok && cap(*p) >= k*n {
+		buf = (*p)[:k*n]
+	} else {
+		buf = make([]int32, k*n)
+	}
+	e.buf = buf
 	e.owner, e.prev = buf[:n:n], buf[n:2*n:2*n]
 	if withClaimer {
 		e.claimer = buf[2*n:]
