@@ -30,27 +30,9 @@ func (rangeAssignor) Assign(members []Member, topics map[string]int32) Assignmen
 		}
 		return l.build(owner)
 	}
-	// Subscribers per topic, in member order, via a counting pass so all
-	// lists share one array.
-	start := make([]int32, nt+1)
-	for _, s := range l.subs {
-		for _, t := range s {
-			start[t+1]++
-		}
-	}
+	subscribers := l.subscribersByTopic()
 	for t := range nt {
-		start[t+1] += start[t]
-	}
-	list := make([]int32, start[nt])
-	fill := append([]int32(nil), start[:nt]...)
-	for i, s := range l.subs {
-		for _, t := range s {
-			list[fill[t]] = int32(i)
-			fill[t]++
-		}
-	}
-	for t := range nt {
-		subs := list[start[t]:start[t+1]]
+		subs := subscribers(int32(t))
 		rangeFill(owner[l.base[t]:l.base[t+1]], int32(len(subs)), subs)
 	}
 	return l.build(owner)

@@ -61,29 +61,12 @@ func (serverRangeAssignor) Assign(members []Member, topics map[string]int32) Ass
 			}
 		}
 	}
-	// Subscribers per topic, in member order.
-	start := make([]int32, nt+1)
-	for _, s := range l.subs {
-		for _, t := range s {
-			start[t+1]++
-		}
-	}
-	for t := range nt {
-		start[t+1] += start[t]
-	}
-	list := make([]int32, start[nt])
-	fill := append([]int32(nil), start[:nt]...)
-	for i, s := range l.subs {
-		for _, t := range s {
-			list[fill[t]] = int32(i)
-			fill[t]++
-		}
-	}
+	subscribers := l.subscribersByTopic()
 	have := make([]int32, nm)   // partitions of the topic a member had
 	remain := make([]int32, nm) // quota still to fill
 	pending := make([]int32, 0, nm)
 	for t := range nt {
-		subs := list[start[t]:start[t+1]]
+		subs := subscribers(int32(t))
 		if len(subs) == 0 {
 			continue
 		}

@@ -309,6 +309,31 @@ func (l *layout) build(owner []int32) Assignment {
 	return l.buildSorted(parts, start)
 }
 
+// subscribersByTopic returns, per topic index, the indexes of its
+// subscribing members in member order. A counting pass lets every list
+// share one array.
+func (l *layout) subscribersByTopic() func(t int32) []int32 {
+	nt := len(l.names)
+	start := make([]int32, nt+1)
+	for _, s := range l.subs {
+		for _, t := range s {
+			start[t+1]++
+		}
+	}
+	for t := range nt {
+		start[t+1] += start[t]
+	}
+	list := make([]int32, start[nt])
+	fill := append([]int32(nil), start[:nt]...)
+	for i, s := range l.subs {
+		for _, t := range s {
+			list[fill[t]] = int32(i)
+			fill[t]++
+		}
+	}
+	return func(t int32) []int32 { return list[start[t]:start[t+1]] }
+}
+
 // buildSorted builds the Assignment from member-major sorted global indexes:
 // member i owns parts[start[i]:start[i+1]]. parts is rewritten in place to
 // hold partition numbers.
