@@ -87,16 +87,3 @@ func (h *Handler) Handle(ctx context.Context, r *server.Request) (kmsg.Response,
 	}
 	return e.fn(h, ctx, r)
 }
-
-// errCode is the Kafka error code for err: a *kerr.Error keeps its code,
-// anything else is an internal failure the client may retry.
-func errCode(err error) int16 {
-	if err == nil {
-		return 0
-	}
-	var ke *kerrError
-	if asKerr(err, &ke) {
-		return ke.Code
-	}
-	return unknownServerError
-}

@@ -6,11 +6,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-type kerrError = kerr.Error
-
-var unknownServerError = kerr.UnknownServerError.Code
-
-func asKerr(err error, target **kerr.Error) bool { return errors.As(err, target) }
+// errCode is the Kafka error code for err: a *kerr.Error (possibly
+// wrapped) keeps its code, anything else is an internal failure the client
+// may retry.
+func errCode(err error) int16 {
+	if err == nil {
+		return 0
+	}
+	if ke := (*kerr.Error)(nil); errors.As(err, &ke) {
+		return ke.Code
+	}
+	return kerr.UnknownServerError.Code
+}
 
 // strp returns a pointer to s, for kmsg's optional string fields.
 func strp(s string) *string { return &s }
