@@ -27,14 +27,18 @@ type Options struct {
 	// acknowledged records survive the process being killed (kill -9, a
 	// panic) but not the machine losing power.
 	Sync bool
-	// Logger receives pebble's messages (informational ones at Debug).
-	// Nil discards them.
+	// Logger receives pebble's messages (informational ones at Debug) and
+	// the store's own. Nil discards them.
 	Logger *slog.Logger
+	// FoldBytes is how much a shard's log grows before it is folded
+	// (DefaultFoldBytes if 0); see log.go.
+	FoldBytes int64
 }
 
 // Pebble is a Store on cockroachdb/pebble.
 //
-// Every Apply is one pebble batch committed with pebble.Sync. Pebble's commit
+// Every Apply is one pebble batch committed with pebble.Sync, holding one log
+// entry per shard it touches (log.go). Pebble's commit
 // pipeline is a group commit: a committing batch appends its WAL record and
 // queues a sync request; the WAL's single flush goroutine writes everything
 // queued so far and issues one fsync for all waiting requests. Concurrent
@@ -49,9 +53,15 @@ type Options struct {
 // manifest and directories keep real syncs, so the database stays
 // consistent; only the tail of the WAL is at the mercy of the page cache.
 type Pebble struct {
-	dir    string
-	shards int
-	fs     *walFS
+	dir       string
+	shards    int
+	fs        *walFS
+	log       *slog.Logger
+	foldBytes int64
+
+	logs       []shardLog // by shard
+	foldq      chan int   // shards whose log is to be folded
+	folderDone chan struct{}
 
 	mu     sync.RWMutex // held shared by Apply and Load, exclusively by Close
 	db     *pebble.DB
@@ -87,11 +97,22 @@ func OpenPebble(dir string, opts Options) (*Pebble, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
-	p := &Pebble{dir: dir, shards: opts.Shards, fs: fs, db: db}
+	if opts.FoldBytes <= 0 {
+		opts.FoldBytes = DefaultFoldBytes
+	}
+	p := &Pebble{
+		dir: dir, shards: opts.Shards, fs: fs, db: db, log: logger, foldBytes: opts.FoldBytes,
+		logs: make([]shardLog, opts.Shards),
+		// Room for every shard: a shard has at most one fold queued or
+		// running, so Apply never blocks on the queue.
+		foldq:      make(chan int, opts.Shards),
+		folderDone: make(chan struct{}),
+	}
 	if err := p.checkShards(); err != nil {
 		db.Close()
 		return nil, err
 	}
+	go p.folder()
 	return p, nil
 }
 
@@ -117,7 +138,9 @@ func (p *Pebble) checkShards() error {
 func (p *Pebble) Shards() int { return p.shards }
 
 // Apply commits recs as one atomic batch; see Pebble for what "durable"
-// means under each sync policy.
+// means under each sync policy. The records of each shard become one entry
+// of that shard's log. A shard's log entries must not be appended by two
+// Applies at once: the coordinator has one writer per shard.
 func (p *Pebble) Apply(recs []group.Record) error {
 	if len(recs) == 0 {
 		return nil
@@ -127,35 +150,71 @@ func (p *Pebble) Apply(recs []group.Record) error {
 	if p.closed {
 		return ErrClosed
 	}
+	// Encode each shard's records into one buffer, in order. A batch
+	// almost always holds one shard (the coordinator writes per shard).
+	type entry struct {
+		shard int
+		buf   *[]byte
+	}
+	var one [1]entry
+	entries := one[:0]
+	for _, r := range recs {
+		sh := ShardOf(r.Group, p.shards)
+		i := 0
+		for i < len(entries) && entries[i].shard != sh {
+			i++
+		}
+		if i == len(entries) {
+			entries = append(entries, entry{shard: sh, buf: scratchPool.Get().(*[]byte)})
+			*entries[i].buf = (*entries[i].buf)[:0]
+		}
+		*entries[i].buf = appendLogRecord(*entries[i].buf, r)
+	}
+	defer func() {
+		for _, e := range entries {
+			scratchPool.Put(e.buf)
+		}
+	}()
 	b := p.db.NewBatch()
 	defer b.Close()
-	// Keys and values are encoded into one reused buffer: the batch copies
-	// them into its own representation, so per-record allocations would
-	// only be garbage.
-	sp := scratchPool.Get().(*[]byte)
-	defer scratchPool.Put(sp)
-	for _, r := range recs {
-		buf := appendStoreKey((*sp)[:0], r, p.shards)
-		klen := len(buf)
-		var err error
-		if r.Tombstone() {
-			err = b.Delete(buf, nil)
-		} else {
-			buf = r.AppendValue(buf)
-			err = b.Set(buf[:klen:klen], buf[klen:], nil)
-		}
-		*sp = buf
-		if err != nil {
+	var key []byte
+	for _, e := range entries {
+		l := &p.logs[e.shard]
+		l.mu.Lock()
+		key = binary.BigEndian.AppendUint64(append(key[:0], logPrefix(e.shard)...), l.next)
+		l.next++
+		l.mu.Unlock()
+		// The batch copies key and value into its own representation.
+		if err := b.Set(key, *e.buf, nil); err != nil {
 			return fmt.Errorf("store: batch: %w", err)
 		}
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("store: commit: %w", err)
 	}
+	for _, e := range entries {
+		p.grew(e.shard, int64(len(*e.buf)))
+	}
 	return nil
 }
 
-// Load scans the shard's key range.
+// grew counts bytes appended to a shard's log and queues a fold when the
+// log has grown enough and no fold of it is pending.
+func (p *Pebble) grew(shard int, n int64) {
+	l := &p.logs[shard]
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.bytes += n
+	if l.bytes < p.foldBytes || l.folding {
+		return
+	}
+	l.bytes, l.folding = 0, true
+	p.foldq <- shard
+}
+
+// Load scans the shard's key range with one iterator: its folded records
+// in key order, then its log in the order it was applied. A later record
+// for the same key supersedes an earlier one; a tombstone deletes it.
 func (p *Pebble) Load(shard int, fn func(group.Record) error) error {
 	if err := checkShard(shard, p.shards); err != nil {
 		return err
@@ -172,15 +231,29 @@ func (p *Pebble) Load(shard int, fn func(group.Record) error) error {
 	if err != nil {
 		return fmt.Errorf("store: load shard %d: %w", shard, err)
 	}
+	var logBytes int64
+	next := uint64(0)
 	for it.First(); it.Valid(); it.Next() {
 		v, err := it.ValueAndErr()
 		if err != nil {
 			it.Close()
 			return fmt.Errorf("store: load shard %d: key %x: %w", shard, it.Key(), err)
 		}
-		rec, err := decode(shard, it.Key(), v)
-		if err == nil {
-			err = fn(rec)
+		key := it.Key()
+		if isLogKey(key) {
+			if len(key) != 3+8 {
+				it.Close()
+				return fmt.Errorf("store: shard %d: malformed log key %x", shard, key)
+			}
+			next = binary.BigEndian.Uint64(key[3:]) + 1
+			logBytes += int64(len(v))
+			err = decodeLogEntry(shard, key, v, fn)
+		} else {
+			var rec group.Record
+			rec, err = decode(shard, key, v)
+			if err == nil {
+				err = fn(rec)
+			}
 		}
 		if err != nil {
 			it.Close()
@@ -190,17 +263,32 @@ func (p *Pebble) Load(shard int, fn func(group.Record) error) error {
 	if err := it.Close(); err != nil {
 		return fmt.Errorf("store: load shard %d: %w", shard, err)
 	}
+	// Appends continue after the last entry. An empty log may restart at
+	// zero: the fold that emptied it deleted only keys that existed then,
+	// and pebble orders a later write above an earlier range deletion.
+	l := &p.logs[shard]
+	l.mu.Lock()
+	l.next = max(l.next, next)
+	l.bytes = logBytes
+	l.mu.Unlock()
 	return nil
 }
 
 // Close closes the database. It waits for running Apply and Load calls.
 func (p *Pebble) Close() error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.closed {
+		p.mu.Unlock()
 		return nil
 	}
+	// Once closed is set no Apply queues a fold, and a queued fold
+	// returns at once; let the folder finish before the database goes.
 	p.closed = true
+	p.mu.Unlock()
+	close(p.foldq)
+	<-p.folderDone
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	return p.db.Close()
 }
 

@@ -1,0 +1,226 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/groupd/groupd/internal/group"
+)
+
+// The Pebble store keeps each shard in two forms under the shard's prefix:
+//
+//   - folded records, one key per record key (group metadata, one offset),
+//     holding the value that was latest when they were folded;
+//   - a log: one key per Apply, shard prefix + logMarker + a big-endian
+//     sequence number, whose value is every record of that Apply in order.
+//
+// Apply only appends to the log, so a commit of many offsets costs one
+// memtable insert instead of one per offset, which is what bounded commit
+// throughput. When a shard's log has grown by DefaultFoldBytes, a background
+// fold reads it back, keeps the last record per key and, in one atomic
+// batch, writes those as folded records and deletes the log entries it read.
+// Load reads a shard with one iterator, so it sees a single consistent view:
+// the folded records (in key order) and then the log (in Apply order), and
+// replaying them in that order gives the latest state. Log entries written
+// while a fold runs are newer than anything it folds and stay in the log.
+
+// logMarker follows the shard prefix of log keys. Record keys begin with
+// their key version (0), so the log sorts after every folded record.
+const logMarker = 0xff
+
+// DefaultFoldBytes is how much a shard's log may grow before it is folded.
+const DefaultFoldBytes = 4 << 20
+
+// shardLog is the append state of one shard's log.
+type shardLog struct {
+	mu      sync.Mutex
+	next    uint64 // sequence number of the next entry
+	bytes   int64  // bytes appended since the last fold was started
+	folding bool   // a fold of this shard is queued or running
+}
+
+func logPrefix(shard int) []byte {
+	return append(shardPrefix(shard), logMarker)
+}
+
+func logKey(shard int, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(logPrefix(shard), seq)
+}
+
+func isLogKey(key []byte) bool { return len(key) > 2 && key[2] == logMarker }
+
+// appendLogRecord appends one record to a log entry: its key, then its value
+// length plus one (zero for a tombstone) and its value.
+func appendLogRecord(b []byte, r group.Record) []byte {
+	// Reserve a byte for the key length, which fits in one uvarint byte
+	// for keys under 128 bytes, and move the key if it did not.
+	at := len(b)
+	b = append(b, 0)
+	b = r.AppendKey(b)
+	if n := len(b) - at - 1; n < 0x80 {
+		b[at] = byte(n)
+	} else {
+		key := append([]byte(nil), b[at+1:]...)
+		b = binary.AppendUvarint(b[:at], uint64(n))
+		b = append(b, key...)
+	}
+	if r.Tombstone() {
+		return append(b, 0)
+	}
+	// The value is appended after a placeholder length for the same
+	// reason: most values are short.
+	at = len(b)
+	b = append(b, 0)
+	b = r.AppendValue(b)
+	if n := len(b) - at - 1; n+1 < 0x80 {
+		b[at] = byte(n + 1)
+	} else {
+		v := append([]byte(nil), b[at+1:]...)
+		b = binary.AppendUvarint(b[:at], uint64(n)+1)
+		b = append(b, v...)
+	}
+	return b
+}
+
+var errCorruptLog = errors.New("corrupt log entry")
+
+// eachLogRecord calls fn with the key and value (nil for a tombstone) of
+// every record in a log entry, in order. The slices alias entry.
+func eachLogRecord(entry []byte, fn func(key, value []byte) error) error {
+	for len(entry) > 0 {
+		kn, n := binary.Uvarint(entry)
+		if n <= 0 || kn > uint64(len(entry)-n) {
+			return errCorruptLog
+		}
+		key := entry[n : n+int(kn)]
+		entry = entry[n+int(kn):]
+		vn, n := binary.Uvarint(entry)
+		if n <= 0 || (vn > 0 && vn-1 > uint64(len(entry)-n)) {
+			return errCorruptLog
+		}
+		var value []byte
+		if vn > 0 {
+			value = entry[n : n+int(vn-1) : n+int(vn-1)]
+			entry = entry[n+int(vn-1):]
+		} else {
+			entry = entry[n:]
+		}
+		if err := fn(key, value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeLogEntry calls fn with every record of a shard's log entry.
+func decodeLogEntry(shard int, key, entry []byte, fn func(group.Record) error) error {
+	err := eachLogRecord(entry, func(k, v []byte) error {
+		rec, err := group.DecodeRecord(k, v)
+		if err != nil {
+			return fmt.Errorf("store: shard %d: log entry %x: record with key %x: %w", shard, key, k, err)
+		}
+		return fn(rec)
+	})
+	if errors.Is(err, errCorruptLog) {
+		return fmt.Errorf("store: shard %d: log entry %x: %w", shard, key, err)
+	}
+	return err
+}
+
+// folder runs folds, one at a time, until foldq is closed.
+func (p *Pebble) folder() {
+	defer close(p.folderDone)
+	for shard := range p.foldq {
+		if err := p.fold(shard); err != nil {
+			// The log is left as it was: nothing is lost, it is only
+			// longer to load. The next growth retries.
+			p.log.Error("folding the coordinator log failed", "shard", shard, "err", err)
+		}
+		l := &p.logs[shard]
+		l.mu.Lock()
+		l.folding = false
+		l.mu.Unlock()
+	}
+}
+
+// fold replaces the log entries of a shard that exist now by the latest
+// record of each key they hold.
+func (p *Pebble) fold(shard int) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return nil
+	}
+	it, err := p.db.NewIter(&pebble.IterOptions{
+		LowerBound: logPrefix(shard),
+		UpperBound: shardPrefix(shard + 1),
+	})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	type latest struct {
+		value []byte // nil: tombstone
+	}
+	last := map[string]latest{}
+	var order []string // first appearance, so the batch is built deterministically
+	var first, end []byte
+	for it.First(); it.Valid(); it.Next() {
+		if first == nil {
+			first = append([]byte(nil), it.Key()...)
+		}
+		end = append(end[:0], it.Key()...)
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		if err := eachLogRecord(v, func(k, v []byte) error {
+			ks := string(k)
+			if _, ok := last[ks]; !ok {
+				order = append(order, ks)
+			}
+			last[ks] = latest{value: bytesOrNil(v)}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("log entry %x: %w", it.Key(), err)
+		}
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	if first == nil {
+		return nil
+	}
+	b := p.db.NewBatch()
+	defer b.Close()
+	prefix := shardPrefix(shard)
+	var key []byte
+	for _, k := range order {
+		key = append(append(key[:0], prefix...), k...)
+		if v := last[k].value; v == nil {
+			err = b.Delete(key, nil)
+		} else {
+			err = b.Set(key, v, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	// The range ends just past the last entry read: entries appended
+	// since are newer and stay.
+	if err := b.DeleteRange(first, append(end, 0), nil); err != nil {
+		return err
+	}
+	return b.Commit(pebble.Sync)
+}
+
+// bytesOrNil copies v, keeping nil (a tombstone) distinct from empty.
+func bytesOrNil(v []byte) []byte {
+	if v == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(v)), v...)
+}
