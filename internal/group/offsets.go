@@ -1,6 +1,8 @@
 package group
 
 import (
+	"slices"
+
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -63,10 +65,25 @@ func (m *Machine) offsetCommit(r Request, req *kmsg.OffsetCommitRequest) {
 	default:
 		code = g.validateOffsetCommit(memberID, instanceID, generation)
 	}
+	// One allocation each for the response's partitions, the records and
+	// their values, instead of one per partition: a commit's partitions
+	// are the coordinator's busiest path.
+	n := 0
+	for _, t := range req.Topics {
+		n += len(t.Partitions)
+	}
+	parts := make([]kmsg.OffsetCommitResponseTopicPartition, 0, n)
+	var values []OffsetCommit
+	if code == 0 {
+		values = make([]OffsetCommit, 0, n)
+		m.out.Records = slices.Grow(m.out.Records, n)
+	}
+	resp.Topics = make([]kmsg.OffsetCommitResponseTopic, 0, len(req.Topics))
 	for _, t := range req.Topics {
 		rt := kmsg.NewOffsetCommitResponseTopic()
 		rt.Topic = t.Topic
 		rt.TopicID = t.TopicID
+		rt.Partitions = parts[len(parts):len(parts):cap(parts)]
 		for _, p := range t.Partitions {
 			rp := kmsg.NewOffsetCommitResponseTopicPartition()
 			rp.Partition = p.Partition
@@ -95,10 +112,12 @@ func (m *Machine) offsetCommit(r Request, req *kmsg.OffsetCommitRequest) {
 					expireTime:  expire,
 				}
 				g.offsets[topicPartition{t.Topic, p.Partition}] = v
-				m.record(offsetRecord(g.id, t.Topic, p.Partition, &v))
+				values = append(values, v.record())
+				m.record(Record{Type: RecordOffsetCommit, Group: g.id, Topic: t.Topic, Partition: p.Partition, Offset: &values[len(values)-1]})
 			}
 			rt.Partitions = append(rt.Partitions, rp)
 		}
+		parts = parts[:len(parts)+len(rt.Partitions)]
 		resp.Topics = append(resp.Topics, rt)
 	}
 }
@@ -106,15 +125,21 @@ func (m *Machine) offsetCommit(r Request, req *kmsg.OffsetCommitRequest) {
 func offsetRecord(groupID, topic string, partition int32, v *offsetValue) Record {
 	r := Record{Type: RecordOffsetCommit, Group: groupID, Topic: topic, Partition: partition}
 	if v != nil {
-		r.Offset = &OffsetCommit{
-			Offset:          v.offset,
-			LeaderEpoch:     v.leaderEpoch,
-			Metadata:        v.metadata,
-			CommitTimestamp: v.commitTime,
-			ExpireTimestamp: v.expireTime,
-		}
+		oc := v.record()
+		r.Offset = &oc
 	}
 	return r
+}
+
+// record is the stored form of a committed offset.
+func (v *offsetValue) record() OffsetCommit {
+	return OffsetCommit{
+		Offset:          v.offset,
+		LeaderEpoch:     v.leaderEpoch,
+		Metadata:        v.metadata,
+		CommitTimestamp: v.commitTime,
+		ExpireTimestamp: v.expireTime,
+	}
 }
 
 type fetchedPartition struct {
