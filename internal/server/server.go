@@ -4,8 +4,12 @@
 //
 // Requests on one connection may be pipelined. As in Kafka, they are
 // handled one at a time in the order they arrived (an idempotent producer's
-// pipelined batches must be appended in order), while the next frames are
-// read and earlier replies written concurrently.
+// pipelined batches must be appended in order), while earlier replies are
+// written concurrently. Each connection has two goroutines: one reads and
+// handles requests, one writes replies. Handling on the reading goroutine
+// saves a hand-off per request; it stops reading ahead only while a request
+// blocks (a long-polling fetch), when the next request could not be handled
+// anyway.
 package server
 
 import (
@@ -144,7 +148,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			return err
 		}
 		backoff = 0
-		c := &conn{srv: s, nc: nc, requests: make(chan *Request, s.cfg.MaxInFlight), replies: make(chan reply, s.cfg.MaxInFlight), stop: make(chan struct{})}
+		c := &conn{srv: s, nc: nc, replies: make(chan reply, s.cfg.MaxInFlight), stop: make(chan struct{})}
 		s.mu.Lock()
 		if s.closing {
 			s.mu.Unlock()
@@ -198,10 +202,9 @@ type reply struct {
 }
 
 type conn struct {
-	srv      *Server
-	nc       net.Conn
-	requests chan *Request // read, waiting to be handled
-	replies  chan reply    // handled, waiting to be written
+	srv     *Server
+	nc      net.Conn
+	replies chan reply // handled, waiting to be written
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -230,18 +233,15 @@ func (c *conn) serve() {
 		defer close(writerDone)
 		c.writeLoop()
 	}()
-	go func() {
-		defer close(c.replies)
-		c.handleLoop()
-	}()
 	c.readLoop()
-	close(c.requests)
+	close(c.replies)
 	<-writerDone
 	c.nc.Close()
 }
 
 func (c *conn) readLoop() {
-	log := c.srv.log.With("remote", c.nc.RemoteAddr().String())
+	remote := c.nc.RemoteAddr()
+	log := c.srv.log.With("remote", remote.String())
 	br := bufio.NewReaderSize(c.nc, 64<<10)
 	var size [4]byte
 	for {
@@ -280,18 +280,14 @@ func (c *conn) readLoop() {
 			return
 		}
 		select {
-		case c.requests <- &Request{Header: hdr, Msg: req, Remote: c.nc.RemoteAddr()}:
 		case <-c.stop:
 			return
+		default:
 		}
-	}
-}
-
-// handleLoop answers requests one at a time, in arrival order.
-func (c *conn) handleLoop() {
-	for r := range c.requests {
-		resp, err := c.srv.cfg.Handler.Handle(c.srv.ctx, r)
-		c.replies <- reply{corr: r.Header.CorrelationID, resp: resp, err: err}
+		resp, err := c.srv.cfg.Handler.Handle(c.srv.ctx, &Request{Header: hdr, Msg: req, Remote: remote})
+		// The writer drains replies until they are closed, even after a
+		// failure, so this send cannot block for good.
+		c.replies <- reply{corr: hdr.CorrelationID, resp: resp, err: err}
 	}
 }
 
