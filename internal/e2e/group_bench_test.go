@@ -71,6 +71,9 @@ func groupBenchTargets(b *testing.B, sync partition.SyncPolicy) []benchTarget {
 		b.Fatal(err)
 	}
 	b.Cleanup(kf.Close)
+	if *benchFloor {
+		return []benchTarget{{"floor", floorAddr(b)}, {"kfake", kf.ListenAddrs()[0]}}
+	}
 	return []benchTarget{{"groupd", a.Addr()}, {"kfake", kf.ListenAddrs()[0]}}
 }
 
@@ -164,13 +167,44 @@ func (bc *benchConn) do(req kmsg.Request) (kmsg.Response, error) {
 	return bc.recv()
 }
 
-// pipeline sends n requests built by next, keeping up to window of them in
-// flight, and checks every response.
-func (bc *benchConn) pipeline(n, window int, next func(i int) kmsg.Request, check func(kmsg.Response) error) error {
+// prepared is a request encoded before the measured window, so that the
+// load generator spends the window on the wire and on checking answers,
+// the same for both sides, rather than on building requests.
+type prepared struct {
+	req   kmsg.Request
+	frame []byte // the correlation id is filled in when sent
+}
+
+// prepare builds n requests with next, for each connection.
+func prepare(conns, n int, next func(conn, i int) kmsg.Request) [][]prepared {
+	out := make([][]prepared, conns)
+	for c := range out {
+		out[c] = make([]prepared, n)
+		for i := range out[c] {
+			req := next(c, i)
+			out[c][i] = prepared{req, requestFrame(req, 0)}
+		}
+	}
+	return out
+}
+
+func (bc *benchConn) sendPrepared(p prepared) error {
+	bc.corr++
+	bc.queued = append(bc.queued, p.req)
+	// size, key, version, then the correlation id
+	binary.BigEndian.PutUint32(p.frame[8:], uint32(bc.corr))
+	_, err := bc.w.Write(p.frame)
+	return err
+}
+
+// pipeline sends reqs, keeping up to window of them in flight, and checks
+// every response.
+func (bc *benchConn) pipeline(reqs []prepared, window int, check func(kmsg.Response) error) error {
+	n := len(reqs)
 	sent := 0
 	for got := 0; got < n; got++ {
 		for sent < n && sent-got < window {
-			if err := bc.send(next(sent)); err != nil {
+			if err := bc.sendPrepared(reqs[sent]); err != nil {
 				return err
 			}
 			sent++
@@ -511,9 +545,9 @@ func BenchmarkRebalance1000(b *testing.B) {
 			}
 		}
 	}
-	g := elapsed["groupd"].Seconds() * 1000 / float64(b.N)
+	g := elapsed[targets[0].name].Seconds() * 1000 / float64(b.N)
 	k := elapsed["kfake"].Seconds() * 1000 / float64(b.N)
-	b.ReportMetric(g, "groupd-ms")
+	b.ReportMetric(g, targets[0].name+"-ms")
 	b.ReportMetric(k, "kfake-ms")
 	b.ReportMetric(g/k, "ratio")
 }
@@ -578,15 +612,16 @@ func BenchmarkHeartbeats(b *testing.B) {
 	perConn := hbPerOp / benchRounds / hbConns
 	run := func(name string) time.Duration {
 		ms := members[name]
+		reqs := prepare(hbConns, perConn, func(ci, i int) kmsg.Request {
+			m := ms[(ci+i*hbConns)%len(ms)]
+			req := kmsg.NewPtrHeartbeatRequest()
+			req.Version = 4
+			req.Group, req.MemberID, req.Generation = m.group, m.id, m.gen
+			return req
+		})
 		armAll(conns[name])
 		d, err := parallel(conns[name], func(ci int, c *benchConn) error {
-			return c.pipeline(perConn, hbWindow, func(i int) kmsg.Request {
-				m := ms[(ci+i*hbConns)%len(ms)]
-				req := kmsg.NewPtrHeartbeatRequest()
-				req.Version = 4
-				req.Group, req.MemberID, req.Generation = m.group, m.id, m.gen
-				return req
-			}, func(resp kmsg.Response) error {
+			return c.pipeline(reqs[ci], hbWindow, func(resp kmsg.Response) error {
 				if ec := resp.(*kmsg.HeartbeatResponse).ErrorCode; ec != 0 {
 					return fmt.Errorf("heartbeat: error %d", ec)
 				}
@@ -609,13 +644,13 @@ func BenchmarkHeartbeats(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	reportRate(b, elapsed, float64(b.N*benchRounds*perConn*hbConns), "hb/s")
+	reportRate(b, targets[0].name, elapsed, float64(b.N*benchRounds*perConn*hbConns), "hb/s")
 }
 
-func reportRate(b *testing.B, elapsed map[string]time.Duration, n float64, unit string) {
-	g := n / elapsed["groupd"].Seconds()
+func reportRate(b *testing.B, name string, elapsed map[string]time.Duration, n float64, unit string) {
+	g := n / elapsed[name].Seconds()
 	k := n / elapsed["kfake"].Seconds()
-	b.ReportMetric(g, "groupd-"+unit)
+	b.ReportMetric(g, name+"-"+unit)
 	b.ReportMetric(k, "kfake-"+unit)
 	b.ReportMetric(g/k, "ratio")
 }
@@ -634,27 +669,28 @@ func benchmarkCommits(b *testing.B, sync partition.SyncPolicy) {
 	perConn := commitsPerOp / benchRounds / commitConns
 	var offset int64
 	run := func(name string, n int) time.Duration {
-		armAll(conns[name])
 		offset++
 		at := offset
+		reqs := prepare(commitConns, n, func(ci, i int) kmsg.Request {
+			req := kmsg.NewPtrOffsetCommitRequest()
+			req.Version = 9
+			req.Group = fmt.Sprintf("commit-%d", (ci+i*commitConns)%commitGroups)
+			req.Generation = -1
+			t := kmsg.NewOffsetCommitRequestTopic()
+			t.Topic = benchGroupTop
+			for p := range int32(commitParts) {
+				rp := kmsg.NewOffsetCommitRequestTopicPartition()
+				rp.Partition = p
+				rp.Offset = at*int64(perConn) + int64(i)
+				rp.LeaderEpoch = -1
+				t.Partitions = append(t.Partitions, rp)
+			}
+			req.Topics = []kmsg.OffsetCommitRequestTopic{t}
+			return req
+		})
+		armAll(conns[name])
 		d, err := parallel(conns[name], func(ci int, c *benchConn) error {
-			return c.pipeline(n, commitWindow, func(i int) kmsg.Request {
-				req := kmsg.NewPtrOffsetCommitRequest()
-				req.Version = 9
-				req.Group = fmt.Sprintf("commit-%d", (ci+i*commitConns)%commitGroups)
-				req.Generation = -1
-				t := kmsg.NewOffsetCommitRequestTopic()
-				t.Topic = benchGroupTop
-				for p := range int32(commitParts) {
-					rp := kmsg.NewOffsetCommitRequestTopicPartition()
-					rp.Partition = p
-					rp.Offset = at*int64(perConn) + int64(i)
-					rp.LeaderEpoch = -1
-					t.Partitions = append(t.Partitions, rp)
-				}
-				req.Topics = []kmsg.OffsetCommitRequestTopic{t}
-				return req
-			}, func(resp kmsg.Response) error {
+			return c.pipeline(reqs[ci], commitWindow, func(resp kmsg.Response) error {
 				cr := resp.(*kmsg.OffsetCommitResponse)
 				np := 0
 				for _, t := range cr.Topics {
@@ -687,7 +723,7 @@ func benchmarkCommits(b *testing.B, sync partition.SyncPolicy) {
 		}
 	}
 	b.StopTimer()
-	reportRate(b, elapsed, float64(b.N*benchRounds*perConn*commitConns*commitParts), "partitions/s")
+	reportRate(b, targets[0].name, elapsed, float64(b.N*benchRounds*perConn*commitConns*commitParts), "partitions/s")
 }
 
 func BenchmarkCommits(b *testing.B) {
