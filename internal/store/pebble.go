@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -139,8 +140,10 @@ func (p *Pebble) Shards() int { return p.shards }
 
 // Apply commits recs as one atomic batch; see Pebble for what "durable"
 // means under each sync policy. The records of each shard become one entry
-// of that shard's log. A shard's log entries must not be appended by two
-// Applies at once: the coordinator has one writer per shard.
+// of that shard's log. Applies to the same shard are serialized, so that a
+// shard's log order is its commit order (a fold relies on it); the
+// coordinator has one writer per shard anyway, and Applies to different
+// shards still share syncs.
 func (p *Pebble) Apply(recs []group.Record) error {
 	if len(recs) == 0 {
 		return nil
@@ -175,15 +178,23 @@ func (p *Pebble) Apply(recs []group.Record) error {
 			scratchPool.Put(e.buf)
 		}
 	}()
+	// Lock the shards' logs in shard order, so that Applies spanning
+	// several shards cannot deadlock, and hold them until the commit is
+	// visible: sequence numbers are taken in commit order.
+	slices.SortFunc(entries, func(a, b entry) int { return a.shard - b.shard })
+	for _, e := range entries {
+		p.logs[e.shard].mu.Lock()
+	}
+	defer func() {
+		for _, e := range entries {
+			p.logs[e.shard].mu.Unlock()
+		}
+	}()
 	b := p.db.NewBatch()
 	defer b.Close()
 	var key []byte
 	for _, e := range entries {
-		l := &p.logs[e.shard]
-		l.mu.Lock()
-		key = binary.BigEndian.AppendUint64(append(key[:0], logPrefix(e.shard)...), l.next)
-		l.next++
-		l.mu.Unlock()
+		key = binary.BigEndian.AppendUint64(append(key[:0], logPrefix(e.shard)...), p.logs[e.shard].next)
 		// The batch copies key and value into its own representation.
 		if err := b.Set(key, *e.buf, nil); err != nil {
 			return fmt.Errorf("store: batch: %w", err)
@@ -193,17 +204,17 @@ func (p *Pebble) Apply(recs []group.Record) error {
 		return fmt.Errorf("store: commit: %w", err)
 	}
 	for _, e := range entries {
-		p.grew(e.shard, int64(len(*e.buf)))
+		p.logs[e.shard].next++
+		p.grewLocked(e.shard, int64(len(*e.buf)))
 	}
 	return nil
 }
 
-// grew counts bytes appended to a shard's log and queues a fold when the
-// log has grown enough and no fold of it is pending.
-func (p *Pebble) grew(shard int, n int64) {
+// grewLocked counts bytes appended to a shard's log and queues a fold when
+// the log has grown enough and no fold of it is pending. The shard's log
+// mutex is held.
+func (p *Pebble) grewLocked(shard int, n int64) {
 	l := &p.logs[shard]
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.bytes += n
 	if l.bytes < p.foldBytes || l.folding {
 		return

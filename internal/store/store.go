@@ -3,14 +3,16 @@
 //
 // A Store has two operations that matter. Apply makes a batch of records
 // durable before it returns, so the coordinator can release the replies that
-// acknowledge them (durable before visible). Load reads back every record of
-// one shard, in key order, when a shard starts; the shard replays them into a
-// fresh group.Machine.
+// acknowledge them (durable before visible). Load reads back the records of
+// one shard when it starts; the shard replays them, in order, into a fresh
+// group.Machine, a later record of a key superseding an earlier one.
 //
 // Keys are the record's own key (group.Record.Key) behind a two-byte
 // big-endian shard number, so the records of a shard are one contiguous key
 // range and Load is a single range scan. The shard of a group is ShardOf its
 // id; the store and the coordinator both use it, so they cannot disagree.
+// Pebble appends each Apply to a per-shard log under the same prefix and
+// folds the log into per-key records in the background (log.go).
 //
 // Two implementations are here: Pebble, on cockroachdb/pebble, for the
 // broker, and Memory, for tests and simulation, which can crash and inject
@@ -32,7 +34,9 @@ type Store interface {
 	// delete their key. A batch is atomic: after a crash either all of it
 	// or none of it is visible. Concurrent calls may share one sync.
 	Apply(recs []group.Record) error
-	// Load calls fn with every record of a shard, in key order. It stops
+	// Load calls fn with the records of a shard such that replaying them
+	// in order, a later record of a key superseding an earlier one and a
+	// tombstone deleting it, gives the state the Applies left. It stops
 	// at the first error from fn and returns it. A stored record that does
 	// not decode is an error naming its key: corruption must be seen, not
 	// skipped.
