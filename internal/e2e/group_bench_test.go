@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sort"
 	"sync"
 	"testing"
@@ -175,7 +176,9 @@ type prepared struct {
 	frame []byte // the correlation id is filled in when sent
 }
 
-// prepare builds n requests with next, for each connection.
+// prepare builds n requests with next, for each connection. It collects
+// the garbage of building them before returning, so that the collector
+// does not do it inside the measured window.
 func prepare(conns, n int, next func(conn, i int) kmsg.Request) [][]prepared {
 	out := make([][]prepared, conns)
 	for c := range out {
@@ -185,6 +188,7 @@ func prepare(conns, n int, next func(conn, i int) kmsg.Request) [][]prepared {
 			out[c][i] = prepared{req, requestFrame(req, 0)}
 		}
 	}
+	runtime.GC()
 	return out
 }
 
