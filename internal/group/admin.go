@@ -91,7 +91,7 @@ func (m *Machine) deleteGroups(r Request, req *kmsg.DeleteGroupsRequest) {
 		case g.state != Empty:
 			dg.ErrorCode = errNonEmptyGroup
 		default:
-			for _, tp := range g.sortedOffsets() {
+			for _, tp := range g.offsets.sorted() {
 				m.record(offsetRecord(id, tp.topic, tp.partition, nil))
 			}
 			m.record(Record{Type: RecordGroupMetadata, Group: id})
@@ -124,8 +124,7 @@ func (m *Machine) offsetDelete(r Request, req *kmsg.OffsetDeleteRequest) {
 			tp := topicPartition{t.Topic, p.Partition}
 			if subscribed {
 				rp.ErrorCode = errGroupSubscribedToTopic
-			} else if _, ok := g.offsets[tp]; ok {
-				delete(g.offsets, tp)
+			} else if g.offsets.delete(tp) {
 				m.record(offsetRecord(g.id, t.Topic, p.Partition, nil))
 			}
 			rt.Partitions = append(rt.Partitions, rp)

@@ -223,7 +223,7 @@ type group struct {
 	subscribed      map[string]bool
 	subscribedKnown bool
 
-	offsets map[topicPartition]offsetValue
+	offsets offsetTable
 
 	history      []Rebalance
 	current      *Rebalance
@@ -240,7 +240,7 @@ func newGroup(id string, now time.Time) *group {
 		pending:     map[string]bool{},
 		pendingSync: map[string]bool{},
 		static:      map[string]string{},
-		offsets:     map[topicPartition]offsetValue{},
+		offsets:     newOffsetTable(),
 		supporters:  map[string]int{},
 	}
 }

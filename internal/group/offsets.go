@@ -84,6 +84,10 @@ func (m *Machine) offsetCommit(r Request, req *kmsg.OffsetCommitRequest) {
 		rt.Topic = t.Topic
 		rt.TopicID = t.TopicID
 		rt.Partitions = parts[len(parts):len(parts):cap(parts)]
+		var offsets *offsetPartitions
+		if code == 0 {
+			offsets = g.offsets.partitions(t.Topic)
+		}
 		for _, p := range t.Partitions {
 			rp := kmsg.NewOffsetCommitResponseTopicPartition()
 			rp.Partition = p.Partition
@@ -111,7 +115,7 @@ func (m *Machine) offsetCommit(r Request, req *kmsg.OffsetCommitRequest) {
 					commitTime:  unixMilli(m.now),
 					expireTime:  expire,
 				}
-				g.offsets[topicPartition{t.Topic, p.Partition}] = v
+				offsets.set(p.Partition, v)
 				values = append(values, v.record())
 				m.record(Record{Type: RecordOffsetCommit, Group: g.id, Topic: t.Topic, Partition: p.Partition, Offset: &values[len(values)-1]})
 			}
@@ -163,7 +167,7 @@ func (m *Machine) fetchGroup(groupID string, topics []kmsg.OffsetFetchRequestTop
 	}
 	lookup := func(tp topicPartition) fetchedPartition {
 		if g != nil {
-			if v, ok := g.offsets[tp]; ok {
+			if v, ok := g.offsets.get(tp); ok {
 				return fetchedPartition{tp.partition, v.offset, v.leaderEpoch, v.metadata}
 			}
 		}
@@ -174,7 +178,7 @@ func (m *Machine) fetchGroup(groupID string, topics []kmsg.OffsetFetchRequestTop
 		if g == nil {
 			return nil, 0
 		}
-		for _, tp := range g.sortedOffsets() {
+		for _, tp := range g.offsets.sorted() {
 			if len(out) == 0 || out[len(out)-1].topic != tp.topic {
 				out = append(out, fetchedTopic{topic: tp.topic})
 			}
@@ -279,10 +283,10 @@ func (m *Machine) expireOffsets() {
 		}
 		allExpired := true
 		if base == nil {
-			allExpired = len(g.offsets) == 0
+			allExpired = g.offsets.len() == 0
 		} else {
-			for _, tp := range g.sortedOffsets() {
-				v := g.offsets[tp]
+			for _, tp := range g.offsets.sorted() {
+				v, _ := g.offsets.get(tp)
 				expired := false
 				if !g.isSubscribedToTopic(tp.topic) {
 					if v.expireTime >= 0 {
@@ -295,7 +299,7 @@ func (m *Machine) expireOffsets() {
 					allExpired = false
 					continue
 				}
-				delete(g.offsets, tp)
+				g.offsets.delete(tp)
 				m.record(offsetRecord(g.id, tp.topic, tp.partition, nil))
 			}
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
 	"time"
 )
 
@@ -429,13 +428,13 @@ func (m *Machine) Replay(now time.Time, recs []Record) Output {
 				g = newGroup(id, now)
 				m.groups[id] = g
 			}
-			g.offsets[tp] = offsetValue{
+			g.offsets.set(tp, offsetValue{
 				offset:      o.Offset,
 				leaderEpoch: o.LeaderEpoch,
 				metadata:    o.Metadata,
 				commitTime:  o.CommitTimestamp,
 				expireTime:  o.ExpireTimestamp,
-			}
+			})
 		}
 	}
 	for _, id := range m.Groups() {
@@ -451,19 +450,4 @@ func (m *Machine) Replay(now time.Time, recs []Record) Output {
 		}
 	}
 	return m.end()
-}
-
-// sortedOffsets returns a group's offsets by topic and partition.
-func (g *group) sortedOffsets() []topicPartition {
-	tps := make([]topicPartition, 0, len(g.offsets))
-	for tp := range g.offsets {
-		tps = append(tps, tp)
-	}
-	sort.Slice(tps, func(i, j int) bool {
-		if tps[i].topic != tps[j].topic {
-			return tps[i].topic < tps[j].topic
-		}
-		return tps[i].partition < tps[j].partition
-	})
-	return tps
 }

@@ -734,8 +734,8 @@ func (h *harness) printState(id string) {
 	if g.subscribedKnown {
 		fmt.Fprintf(h.buf, "  subscribed %v\n", sortedKeys(g.subscribed))
 	}
-	for _, tp := range g.sortedOffsets() {
-		v := g.offsets[tp]
+	for _, tp := range g.offsets.sorted() {
+		v, _ := g.offsets.get(tp)
 		fmt.Fprintf(h.buf, "  offset %s.%d=%d commit-ts=%d\n", tp.topic, tp.partition, v.offset, v.commitTime-epoch.UnixMilli())
 	}
 }
