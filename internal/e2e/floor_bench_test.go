@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -13,37 +14,54 @@ import (
 	"github.com/groupd/groupd/internal/server"
 )
 
-// benchFloor replaces groupd in the group benchmarks by the floor: groupd's
-// network edge (internal/server) in front of a handler that does the least
-// each benchmark needs (no coordinator, no store, no checks), e.g.
+// benchFloor replaces groupd in the group benchmarks by a floor: a server
+// that does the least each benchmark needs (no coordinator, no store, no
+// checks), e.g.
 //
-//	go test ./internal/e2e -run '^$' -bench 'Rebalance|Commits/fsync=never' -count 3 -args -floor
+//	go test ./internal/e2e -run '^$' -bench 'Rebalance|Commits/fsync=never' -count 5 -args -floor edge
 //
-// It bounds what any coordinator behind this edge can reach on the machine
-// at hand: the client, the kernel's loopback and the edge cost the same
-// with or without the coordinator's work.
-var benchFloor = flag.Bool("floor", false, "benchmark the network edge with a no-op coordinator in place of groupd")
+// -floor edge is groupd's own network edge (internal/server) in front of
+// such a handler: it bounds what any coordinator behind this edge can
+// reach on the machine at hand, since the client, the kernel's loopback and
+// the edge cost the same with or without the coordinator's work. -floor
+// direct is the leanest alternative edge: one goroutine per connection
+// that reads, handles and writes, a parked reply being written by the
+// goroutine that completes it. It bounds what a different edge could reach.
+var benchFloor = flag.String("floor", "", "benchmark a no-op server (edge or direct) in place of groupd")
 
-// floorAddr serves the floor handler on a loopback port.
-func floorAddr(b *testing.B) string {
+// floorTarget starts the floor asked for with -floor.
+func floorTarget(b *testing.B) benchTarget {
+	var groups floorGroups
+	switch *benchFloor {
+	case "edge":
+		return benchTarget{"floor-edge", serveFloor(b, func(ln net.Listener) func() {
+			s := server.New(server.Config{Handler: &edgeFloor{groups: &groups}})
+			go s.Serve(ln)
+			return func() { s.Shutdown(context.Background()) }
+		})}
+	case "direct":
+		return benchTarget{"floor-direct", serveFloor(b, func(ln net.Listener) func() {
+			go serveDirect(ln, &groups)
+			return func() { ln.Close() }
+		})}
+	}
+	b.Fatalf("-floor %q: want edge or direct", *benchFloor)
+	return benchTarget{}
+}
+
+func serveFloor(b *testing.B, serve func(net.Listener) (stop func())) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := server.New(server.Config{Handler: &floorHandler{}})
-	go s.Serve(ln)
-	b.Cleanup(func() { s.Shutdown(context.Background()) })
+	b.Cleanup(serve(ln))
 	return ln.Addr().String()
 }
 
-type floorHandler struct {
-	groups sync.Map // group id -> *floorGroup
-}
-
-func (*floorHandler) Supports(key, version int16) bool { return true }
-
-func (h *floorHandler) Handle(_ context.Context, r *server.Request) (kmsg.Response, error) {
-	switch req := r.Msg.(type) {
+// floorAnswer answers a request, at once or later (complete may be called
+// from another goroutine, exactly once).
+func floorAnswer(groups *floorGroups, r kmsg.Request, complete func(kmsg.Response)) {
+	switch req := r.(type) {
 	case *kmsg.OffsetCommitRequest:
 		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
 		for _, t := range req.Topics {
@@ -56,40 +74,38 @@ func (h *floorHandler) Handle(_ context.Context, r *server.Request) (kmsg.Respon
 			}
 			resp.Topics = append(resp.Topics, rt)
 		}
-		return resp, nil
-	case *kmsg.HeartbeatRequest:
-		return req.ResponseKind(), nil
+		complete(resp)
 	case *kmsg.JoinGroupRequest:
-		return h.group(req.Group).join(req), nil
+		groups.get(req.Group).join(req, complete)
 	case *kmsg.SyncGroupRequest:
-		return h.group(req.Group).sync(req), nil
+		groups.get(req.Group).sync(req, complete)
 	case *kmsg.DescribeGroupsRequest:
 		resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
 		for _, id := range req.Groups {
 			dg := kmsg.NewDescribeGroupsResponseGroup()
 			dg.Group = id
-			g := h.group(id)
-			g.mu.Lock()
-			dg.Members = make([]kmsg.DescribeGroupsResponseGroupMember, len(g.members))
-			g.mu.Unlock()
+			dg.Members = make([]kmsg.DescribeGroupsResponseGroupMember, groups.get(id).size())
 			resp.Groups = append(resp.Groups, dg)
 		}
-		return resp, nil
+		complete(resp)
 	case *kmsg.LeaveGroupRequest:
-		h.groups.Delete(req.Group)
+		groups.m.Delete(req.Group)
 		resp := req.ResponseKind().(*kmsg.LeaveGroupResponse)
 		for _, m := range req.Members {
 			lm := kmsg.NewLeaveGroupResponseMember()
 			lm.MemberID = m.MemberID
 			resp.Members = append(resp.Members, lm)
 		}
-		return resp, nil
+		complete(resp)
+	default:
+		complete(r.ResponseKind()) // heartbeats and anything else: no error
 	}
-	return r.Msg.ResponseKind(), nil
 }
 
-func (h *floorHandler) group(id string) *floorGroup {
-	g, _ := h.groups.LoadOrStore(id, &floorGroup{})
+type floorGroups struct{ m sync.Map }
+
+func (gs *floorGroups) get(id string) *floorGroup {
+	g, _ := gs.m.LoadOrStore(id, &floorGroup{})
 	return g.(*floorGroup)
 }
 
@@ -100,77 +116,175 @@ type floorGroup struct {
 	mu      sync.Mutex
 	ids     int
 	gen     int32
-	members []string // in join order; the first is the leader
-	joins   []*floorReply
-	syncs   []*floorReply
+	members []string // in join order; the first leads
+	joins   []floorParked
+	syncs   []floorParked
 	assign  map[string][]byte
 }
 
-// floorReply is a parked reply (server.Waiter).
-type floorReply struct {
-	kmsg.Response
-	member string
-	done   chan struct{}
+type floorParked struct {
+	member   string
+	resp     kmsg.Response
+	complete func(kmsg.Response)
 }
 
-func (w *floorReply) Wait() error { <-w.done; return nil }
-
-func (g *floorGroup) join(req *kmsg.JoinGroupRequest) kmsg.Response {
+func (g *floorGroup) size() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return len(g.members)
+}
+
+func (g *floorGroup) join(req *kmsg.JoinGroupRequest, complete func(kmsg.Response)) {
 	resp := req.ResponseKind().(*kmsg.JoinGroupResponse)
+	g.mu.Lock()
 	if req.MemberID == "" {
 		g.ids++
 		resp.ErrorCode = errMemberIDRequired
 		resp.MemberID = fmt.Sprintf("m-%d", g.ids)
-		return resp
+		g.mu.Unlock()
+		complete(resp)
+		return
 	}
-	w := &floorReply{Response: resp, member: req.MemberID, done: make(chan struct{})}
-	g.joins = append(g.joins, w)
+	g.joins = append(g.joins, floorParked{req.MemberID, resp, complete})
 	if len(g.members) > 0 && req.MemberID != g.members[0] {
 		g.members = append(g.members, req.MemberID)
-		return w // parked until the leader rejoins
+		g.mu.Unlock()
+		return // parked until the leader rejoins
 	}
 	if len(g.members) == 0 {
 		g.members = append(g.members, req.MemberID)
 	}
 	g.gen++
 	g.assign = nil
-	for _, j := range g.joins {
-		jr := j.Response.(*kmsg.JoinGroupResponse)
-		jr.Generation, jr.MemberID, jr.LeaderID = g.gen, j.member, g.members[0]
+	joins, members, gen := g.joins, g.members, g.gen
+	g.joins = nil
+	g.mu.Unlock()
+	// The leader, whose join completed the phase, is answered first.
+	for i := len(joins) - 1; i >= 0; i-- {
+		j := joins[i]
+		jr := j.resp.(*kmsg.JoinGroupResponse)
+		jr.Generation, jr.MemberID, jr.LeaderID = gen, j.member, members[0]
 		jr.ProtocolType, jr.Protocol = kmsg.StringPtr("consumer"), kmsg.StringPtr("range")
-		if j.member == g.members[0] {
-			jr.Members = make([]kmsg.JoinGroupResponseMember, len(g.members))
-			for i, m := range g.members {
-				jr.Members[i].MemberID, jr.Members[i].ProtocolMetadata = m, benchSubscription
+		if j.member == members[0] {
+			jr.Members = make([]kmsg.JoinGroupResponseMember, len(members))
+			for k, m := range members {
+				jr.Members[k].MemberID, jr.Members[k].ProtocolMetadata = m, benchSubscription
 			}
 		}
-		close(j.done)
+		j.complete(jr)
 	}
-	g.joins = nil
-	return w
 }
 
-func (g *floorGroup) sync(req *kmsg.SyncGroupRequest) kmsg.Response {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+func (g *floorGroup) sync(req *kmsg.SyncGroupRequest, complete func(kmsg.Response)) {
 	resp := req.ResponseKind().(*kmsg.SyncGroupResponse)
 	resp.ProtocolType, resp.Protocol = kmsg.StringPtr("consumer"), kmsg.StringPtr("range")
-	w := &floorReply{Response: resp, member: req.MemberID, done: make(chan struct{})}
-	g.syncs = append(g.syncs, w)
+	g.mu.Lock()
+	g.syncs = append(g.syncs, floorParked{req.MemberID, resp, complete})
 	if req.MemberID == g.members[0] {
 		g.assign = make(map[string][]byte, len(req.GroupAssignment))
 		for _, a := range req.GroupAssignment {
 			g.assign[a.MemberID] = a.MemberAssignment
 		}
 	}
-	if g.assign != nil {
-		for _, s := range g.syncs {
-			s.Response.(*kmsg.SyncGroupResponse).MemberAssignment = g.assign[s.member]
-			close(s.done)
-		}
-		g.syncs = nil
+	if g.assign == nil {
+		g.mu.Unlock()
+		return // parked until the leader's sync
 	}
-	return w
+	syncs, assign := g.syncs, g.assign
+	g.syncs = nil
+	g.mu.Unlock()
+	for _, s := range syncs {
+		s.resp.(*kmsg.SyncGroupResponse).MemberAssignment = assign[s.member]
+		s.complete(s.resp)
+	}
+}
+
+// edgeFloor is the floor's handler behind internal/server.
+type edgeFloor struct{ groups *floorGroups }
+
+func (*edgeFloor) Supports(key, version int16) bool { return true }
+
+func (h *edgeFloor) Handle(_ context.Context, r *server.Request) (kmsg.Response, error) {
+	w := &floorWaiter{done: make(chan struct{})}
+	floorAnswer(h.groups, r.Msg, func(resp kmsg.Response) {
+		w.Response = resp
+		close(w.done)
+	})
+	select {
+	case <-w.done:
+		return w.Response, nil
+	default:
+		return w, nil
+	}
+}
+
+// floorWaiter is a parked reply (server.Waiter).
+type floorWaiter struct {
+	kmsg.Response
+	done chan struct{}
+}
+
+func (w *floorWaiter) Wait() error { <-w.done; return nil }
+
+// serveDirect is the direct floor: each connection's goroutine reads and
+// answers; a reply is written by whichever goroutine completes the reply at
+// the head of the connection's queue.
+func serveDirect(ln net.Listener, groups *floorGroups) {
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer nc.Close()
+			c := &directConn{bw: bufio.NewWriterSize(nc, 64<<10)}
+			br := bufio.NewReaderSize(nc, 64<<10)
+			var size [4]byte
+			for {
+				frame, err := server.ReadFrame(br, size[:], 100<<20)
+				if err != nil {
+					return
+				}
+				hdr, req, body, err := server.ParseHeader(frame)
+				if err != nil || server.DecodeBody(req, body) != nil {
+					return
+				}
+				s := &directSlot{c: c, corr: hdr.CorrelationID}
+				c.mu.Lock()
+				c.queue = append(c.queue, s)
+				c.mu.Unlock()
+				floorAnswer(groups, req, s.complete)
+			}
+		}()
+	}
+}
+
+type directConn struct {
+	mu    sync.Mutex
+	bw    *bufio.Writer
+	queue []*directSlot // replies in request order
+	buf   []byte
+}
+
+type directSlot struct {
+	c     *directConn
+	corr  int32
+	resp  kmsg.Response
+	ready bool
+}
+
+func (s *directSlot) complete(resp kmsg.Response) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s.resp, s.ready = resp, true
+	n := 0
+	for ; n < len(c.queue) && c.queue[n].ready; n++ {
+		c.buf = server.AppendResponse(c.buf[:0], c.queue[n].corr, c.queue[n].resp)
+		c.bw.Write(c.buf)
+	}
+	if n > 0 {
+		c.queue = c.queue[n:]
+		c.bw.Flush()
+	}
 }

@@ -72,8 +72,8 @@ func groupBenchTargets(b *testing.B, sync partition.SyncPolicy) []benchTarget {
 		b.Fatal(err)
 	}
 	b.Cleanup(kf.Close)
-	if *benchFloor {
-		return []benchTarget{{"floor", floorAddr(b)}, {"kfake", kf.ListenAddrs()[0]}}
+	if *benchFloor != "" {
+		return []benchTarget{floorTarget(b), {"kfake", kf.ListenAddrs()[0]}}
 	}
 	return []benchTarget{{"groupd", a.Addr()}, {"kfake", kf.ListenAddrs()[0]}}
 }
