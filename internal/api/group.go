@@ -33,7 +33,7 @@ func (h *Handler) coordinateThen(ctx context.Context, r *server.Request, then fu
 		host = "/" + tcp.IP.String()
 	}
 	wait := h.coord.Submit(ctx, r.Header.ClientID, host, r.Msg)
-	return &later{wait: func() (kmsg.Response, error) {
+	return &later{brief: !parks(r.Msg), wait: func() (kmsg.Response, error) {
 		resp, err := wait(ctx)
 		if err == nil && then != nil {
 			resp = then(resp)
@@ -42,11 +42,27 @@ func (h *Handler) coordinateThen(ctx context.Context, r *server.Request, then fu
 	}}
 }
 
+// parks reports whether the coordinator may hold a request until other
+// members act: a JoinGroup until the join phase completes, a SyncGroup
+// until the leader's arrives. Every other reply waits only for its
+// records to be durable.
+func parks(req kmsg.Request) bool {
+	switch req.(type) {
+	case *kmsg.JoinGroupRequest, *kmsg.SyncGroupRequest:
+		return true
+	}
+	return false
+}
+
 // later is a response known only after Wait (server.Waiter).
 type later struct {
 	kmsg.Response
-	wait func() (kmsg.Response, error)
+	brief bool
+	wait  func() (kmsg.Response, error)
 }
+
+// Brief implements server.Brief.
+func (l *later) Brief() bool { return l.brief }
 
 func (l *later) Wait() error {
 	resp, err := l.wait()

@@ -57,6 +57,16 @@ type Waiter interface {
 	Wait() error
 }
 
+// Brief is implemented by a Waiter whose wait ends without any other
+// client's action, such as a write becoming durable. The writer does not
+// flush earlier replies before such a wait: they go out with this reply a
+// moment later, in one write, which is what lets a connection's pipelined
+// commits share syscalls. Before any other wait (a JoinGroup parked until
+// the group's other members join) earlier replies are flushed first.
+type Brief interface {
+	Brief() bool
+}
+
 // Config configures a Server.
 type Config struct {
 	// MaxRequestBytes bounds a request frame; a larger frame closes the
@@ -309,9 +319,8 @@ func (c *conn) writeLoop() {
 			continue
 		}
 		if w, ok := r.resp.(Waiter); ok {
-			if len(c.replies) == 0 {
-				// Nothing else is ready: send what is buffered before
-				// blocking.
+			if b, ok := w.(Brief); !ok || !b.Brief() {
+				// This may wait long: send what is buffered first.
 				bw.Flush()
 			}
 			if err := w.Wait(); err != nil {
