@@ -176,6 +176,29 @@ func (tr *ownershipTracker) revoked(m string, gen int32, parts []int32) {
 	}
 }
 
+// releasedUnstarted records the end of a session, while m stops, for
+// partitions the session claimed but never handed to the application
+// (sarama skips a claim's ConsumeClaim once the session is over). Those m
+// still holds are released; a cooperative claim carried over from an
+// earlier session may already have been released by its ConsumeClaim.
+func (tr *ownershipTracker) releasedUnstarted(m string, gen int32, parts []int32) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.dead[m] {
+		return
+	}
+	var held []int32
+	for _, p := range parts {
+		if tr.owner[p] == m {
+			held = append(held, p)
+			delete(tr.owner, p)
+		}
+	}
+	if len(held) > 0 {
+		tr.logf("%s released unstarted claims gen %d %v", m, gen, held)
+	}
+}
+
 // lost is kgo's OnPartitionsLost: the member was fenced. That happens only
 // to a member the test killed, whose callbacks are already ignored.
 func (tr *ownershipTracker) lost(m string, parts []int32) {
@@ -619,35 +642,62 @@ func closeOnce(c chan struct{}) {
 // ---- sarama ----
 
 type saramaMember struct {
-	t      testing.TB
-	name   string
-	cg     sarama.ConsumerGroup
-	kd     *killDialer
-	cancel context.CancelFunc
-	done   chan struct{}
-	dead   atomic.Bool
-	closed atomic.Bool
+	t        testing.TB
+	name     string
+	cg       sarama.ConsumerGroup
+	kd       *killDialer
+	cancel   context.CancelFunc
+	done     chan struct{}
+	dead     atomic.Bool
+	closed   atomic.Bool
+	stopping atomic.Bool
 }
 
 type saramaHandler struct {
 	sm    *saramaMember
 	tr    *ownershipTracker
 	topic string
+
+	mu      sync.Mutex
+	started map[int32]bool // partitions of the session whose ConsumeClaim ran
 }
 
 func (h *saramaHandler) Setup(s sarama.ConsumerGroupSession) error {
+	h.mu.Lock()
+	h.started = map[int32]bool{}
+	h.mu.Unlock()
 	if !h.sm.dead.Load() {
 		h.tr.assigned(h.sm.name, s.GenerationID(), topicParts(s.Claims(), h.topic))
 	}
 	return nil
 }
 
+// Cleanup runs once every ConsumeClaim of the session returned; sarama
+// commits marked offsets after it, before it rejoins or leaves. A session
+// that ends while the member stops may end before sarama started a claim's
+// ConsumeClaim (it skips them once the session is done): the member held
+// those partitions from Setup until here.
 func (h *saramaHandler) Cleanup(s sarama.ConsumerGroupSession) error {
-	return nil // sarama commits marked offsets after Cleanup, before it rejoins or leaves
+	if !h.sm.stopping.Load() || h.sm.dead.Load() {
+		return nil
+	}
+	h.mu.Lock()
+	var never []int32
+	for _, p := range topicParts(s.Claims(), h.topic) {
+		if !h.started[p] {
+			never = append(never, p)
+		}
+	}
+	h.mu.Unlock()
+	h.tr.releasedUnstarted(h.sm.name, s.GenerationID(), never)
+	return nil
 }
 
 func (h *saramaHandler) ConsumeClaim(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) error {
 	m, p := h.sm.name, c.Partition()
+	h.mu.Lock()
+	h.started[p] = true
+	h.mu.Unlock()
 	if !h.sm.dead.Load() {
 		// For cooperative sessions this is where a newly added
 		// partition shows up; for eager ones Setup already told us.
@@ -721,6 +771,7 @@ func startSaramaMember(t *testing.T, addr, topic, group, m string, tr *ownership
 }
 
 func (sm *saramaMember) stop() {
+	sm.stopping.Store(true)
 	sm.cancel()
 	<-sm.done // the session is released: claims done, offsets committed
 	sm.closed.Store(true)
