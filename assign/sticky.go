@@ -676,7 +676,7 @@ func (e *engine) balanceClasses(csubs [][]int32, ctStart, ctList []int32, share 
 	improves := func(u, v int32) bool {
 		return 2*(tot[u]*size[v]-tot[v]*size[u]) > size[u]+size[v]
 	}
-	h := &classHeap{tot: tot, size: size}
+	h := newClassHeap(tot, size)
 	for c := range nc {
 		h.push(int32(c))
 	}
@@ -776,8 +776,8 @@ func (e *engine) repair(subsOf func(int32) []int32, cntAt func(int32, int32) *in
 	peer := make([]int32, nt) // member that gives (forward) or takes (backward) the topic
 	queue := make([]int32, 0, nm)
 	epoch := int32(0)
-	hi := &loadHeap{load: e.load, max: true}
-	lo := &loadHeap{load: e.load}
+	hi := newLoadHeap(e.load, true)
+	lo := newLoadHeap(e.load, false)
 	for m := range nm {
 		hi.push(int32(m))
 		if direct {
@@ -1028,42 +1028,28 @@ func (e *engine) withholdTransfers() {
 	}
 }
 
-// loadHeap is a min- (or max-) heap of members by (load, index) with lazy deletion:
-// a member is pushed again whenever its load changes and stale entries are
-// skipped on pop.
+// loadHeap is a min- (or max-) heap of members by (load, index) with lazy
+// deletion: a member is pushed again whenever its load changes and stale
+// entries are skipped on pop.
 type loadHeap struct {
 	load []int32
-	ms   []int32
-	at   []int32 // load at push time
-	max  bool    // a max-heap by load (ties still by lower index)
+	h    lazyHeap[loadEntry]
 }
 
-func (h *loadHeap) len() int { return len(h.ms) }
+type loadEntry struct{ m, at int32 } // member, its load at push time
 
-func (h *loadHeap) less(i, j int) bool {
-	if h.at[i] != h.at[j] {
-		return (h.at[i] < h.at[j]) != h.max
-	}
-	return h.ms[i] < h.ms[j]
-}
-
-func (h *loadHeap) swap(i, j int) {
-	h.ms[i], h.ms[j] = h.ms[j], h.ms[i]
-	h.at[i], h.at[j] = h.at[j], h.at[i]
-}
-
-func (h *loadHeap) push(m int32) {
-	h.ms = append(h.ms, m)
-	h.at = append(h.at, h.load[m])
-	for i := len(h.ms) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if !h.less(i, parent) {
-			break
+func newLoadHeap(load []int32, max bool) *loadHeap {
+	return &loadHeap{load: load, h: lazyHeap[loadEntry]{less: func(a, b loadEntry) bool {
+		if a.at != b.at {
+			return (a.at < b.at) != max // ties still by lower index
 		}
-		h.swap(i, parent)
-		i = parent
-	}
+		return a.m < b.m
+	}}}
 }
+
+func (h *loadHeap) len() int { return h.h.len() }
+
+func (h *loadHeap) push(m int32) { h.h.push(loadEntry{m, h.load[m]}) }
 
 // top returns the member pop would return without removing it; -1 when
 // empty.
@@ -1075,94 +1061,54 @@ func (h *loadHeap) top() int32 {
 	return m
 }
 
-// pop returns the member with the smallest (largest, for a max-heap) current load, skipping entries
-// whose recorded load is out of date; -1 when empty.
+// pop returns the member with the smallest (largest, for a max-heap)
+// current load, skipping entries whose recorded load is out of date; -1
+// when empty.
 func (h *loadHeap) pop() int32 {
-	for len(h.ms) > 0 {
-		m, at := h.ms[0], h.at[0]
-		last := len(h.ms) - 1
-		h.swap(0, last)
-		h.ms, h.at = h.ms[:last], h.at[:last]
-		for i := 0; ; {
-			c := 2*i + 1
-			if c >= last {
-				break
-			}
-			if c+1 < last && h.less(c+1, c) {
-				c++
-			}
-			if !h.less(c, i) {
-				break
-			}
-			h.swap(i, c)
-			i = c
+	for {
+		e, ok := h.h.pop()
+		if !ok {
+			return -1
 		}
-		if at == h.load[m] {
-			return m
+		if e.at == h.load[e.m] {
+			return e.m
 		}
 	}
-	return -1
 }
 
 // classHeap is a max-heap of subscription classes by average load
 // tot[c]/size[c] (ties by lower index), with lazy deletion like loadHeap.
 type classHeap struct {
-	tot, size []int64
-	cs        []int32
-	at        []int64 // tot at push time
+	tot []int64
+	h   lazyHeap[classEntry]
 }
 
-func (h *classHeap) less(i, j int) bool {
-	a, b := h.at[i]*h.size[h.cs[j]], h.at[j]*h.size[h.cs[i]]
-	if a != b {
-		return a > b
-	}
-	return h.cs[i] < h.cs[j]
+type classEntry struct {
+	c  int32
+	at int64 // tot at push time
 }
 
-func (h *classHeap) swap(i, j int) {
-	h.cs[i], h.cs[j] = h.cs[j], h.cs[i]
-	h.at[i], h.at[j] = h.at[j], h.at[i]
-}
-
-func (h *classHeap) push(c int32) {
-	h.cs = append(h.cs, c)
-	h.at = append(h.at, h.tot[c])
-	for i := len(h.cs) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if !h.less(i, parent) {
-			break
+func newClassHeap(tot, size []int64) *classHeap {
+	return &classHeap{tot: tot, h: lazyHeap[classEntry]{less: func(a, b classEntry) bool {
+		if x, y := a.at*size[b.c], b.at*size[a.c]; x != y {
+			return x > y
 		}
-		h.swap(i, parent)
-		i = parent
-	}
+		return a.c < b.c
+	}}}
 }
+
+func (h *classHeap) push(c int32) { h.h.push(classEntry{c, h.tot[c]}) }
 
 // pop returns the class with the highest current average, skipping stale
 // entries; -1 when empty.
 func (h *classHeap) pop() int32 {
-	for len(h.cs) > 0 {
-		c, at := h.cs[0], h.at[0]
-		last := len(h.cs) - 1
-		h.swap(0, last)
-		h.cs, h.at = h.cs[:last], h.at[:last]
-		for i := 0; ; {
-			k := 2*i + 1
-			if k >= last {
-				break
-			}
-			if k+1 < last && h.less(k+1, k) {
-				k++
-			}
-			if !h.less(k, i) {
-				break
-			}
-			h.swap(i, k)
-			i = k
+	for {
+		e, ok := h.h.pop()
+		if !ok {
+			return -1
 		}
-		if at == h.tot[c] {
-			return c
+		if e.at == h.tot[e.c] {
+			return e.c
 		}
 	}
-	return -1
 }

@@ -218,8 +218,8 @@ func TestTimerQueueOrder(t *testing.T) {
 		t.Fatalf("next %v, want 30", next)
 	}
 	q.set(key("a"), at(1)) // earlier: moves up
-	if k, ok := q.popDue(at(1)); !ok || k.Member != "a" || q.len() != 0 {
-		t.Fatalf("popDue = %v %v, len %d", k, ok, q.len())
+	if k, ok := q.popDue(at(1)); !ok || k.Member != "a" || q.Len() != 0 {
+		t.Fatalf("popDue = %v %v, len %d", k, ok, q.Len())
 	}
 }
 

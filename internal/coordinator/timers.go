@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"container/heap"
 	"strings"
 	"time"
 
@@ -20,8 +21,8 @@ type timerEntry struct {
 }
 
 // timerQueue mirrors a machine's deadlines as a min-heap ordered by (at,
-// key), with an index by key. Ties are broken by key so that keys due
-// together fire in the same order on every run.
+// key) (heap.Interface), with an index by key. Ties are broken by key so
+// that keys due together fire in the same order on every run.
 type timerQueue struct {
 	byKey map[group.TimerKey]*timerEntry
 	heap  []*timerEntry
@@ -36,13 +37,12 @@ func (q *timerQueue) set(key group.TimerKey, due time.Time) {
 	e := q.byKey[key]
 	switch {
 	case e == nil:
-		e = &timerEntry{key: key, at: due, due: due, i: len(q.heap)}
+		e = &timerEntry{key: key, at: due, due: due}
 		q.byKey[key] = e
-		q.heap = append(q.heap, e)
-		q.up(e.i)
+		heap.Push(q, e)
 	case due.Before(e.at):
 		e.at, e.due = due, due
-		q.up(e.i)
+		heap.Fix(q, e.i)
 	default:
 		e.due = due
 	}
@@ -55,16 +55,7 @@ func (q *timerQueue) remove(key group.TimerKey) {
 		return
 	}
 	delete(q.byKey, key)
-	i, last := e.i, len(q.heap)-1
-	if i != last {
-		q.swap(i, last)
-	}
-	q.heap[last] = nil
-	q.heap = q.heap[:last]
-	if i != last {
-		q.down(i)
-		q.up(i)
-	}
+	heap.Remove(q, e.i)
 }
 
 // next returns when the queue must next be looked at: no later than the
@@ -88,7 +79,7 @@ func (q *timerQueue) popDue(now time.Time) (group.TimerKey, bool) {
 			// Moved later since it was placed: put it where its
 			// deadline belongs, which may still be due.
 			e.at = e.due
-			q.down(0)
+			heap.Fix(q, 0)
 			continue
 		}
 		q.remove(e.key)
@@ -103,14 +94,34 @@ func (q *timerQueue) clear() {
 	q.heap = q.heap[:0]
 }
 
-func (q *timerQueue) len() int { return len(q.heap) }
+func (q *timerQueue) Len() int { return len(q.heap) }
 
-func (q *timerQueue) less(i, j int) bool {
+func (q *timerQueue) Less(i, j int) bool {
 	a, b := q.heap[i], q.heap[j]
 	if !a.at.Equal(b.at) {
 		return a.at.Before(b.at)
 	}
 	return compareTimerKeys(a.key, b.key) < 0
+}
+
+func (q *timerQueue) Swap(i, j int) {
+	q.heap[i], q.heap[j] = q.heap[j], q.heap[i]
+	q.heap[i].i = i
+	q.heap[j].i = j
+}
+
+func (q *timerQueue) Push(x any) {
+	e := x.(*timerEntry)
+	e.i = len(q.heap)
+	q.heap = append(q.heap, e)
+}
+
+func (q *timerQueue) Pop() any {
+	last := len(q.heap) - 1
+	e := q.heap[last]
+	q.heap[last] = nil
+	q.heap = q.heap[:last]
+	return e
 }
 
 func compareTimerKeys(a, b group.TimerKey) int {
@@ -121,40 +132,4 @@ func compareTimerKeys(a, b group.TimerKey) int {
 		return int(a.Kind) - int(b.Kind)
 	}
 	return strings.Compare(a.Member, b.Member)
-}
-
-func (q *timerQueue) swap(i, j int) {
-	q.heap[i], q.heap[j] = q.heap[j], q.heap[i]
-	q.heap[i].i = i
-	q.heap[j].i = j
-}
-
-func (q *timerQueue) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !q.less(i, p) {
-			return
-		}
-		q.swap(i, p)
-		i = p
-	}
-}
-
-func (q *timerQueue) down(i int) {
-	n := len(q.heap)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		c := l
-		if r := l + 1; r < n && q.less(r, l) {
-			c = r
-		}
-		if !q.less(c, i) {
-			return
-		}
-		q.swap(i, c)
-		i = c
-	}
 }

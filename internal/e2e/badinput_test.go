@@ -120,32 +120,14 @@ func TestProduceBadCRCAppendsNothing(t *testing.T) {
 	bad := batchtest.Build(batchtest.NonIdempotent(1000, batchtest.Values("c", "d")...))
 	bad[len(bad)-1] ^= 0xff // a flipped bit the CRC covers
 
-	produce := func(records []byte) kmsg.ProduceResponseTopicPartition {
-		t.Helper()
-		req := kmsg.NewPtrProduceRequest()
-		req.Version = 9
-		req.Acks = -1
-		req.TimeoutMillis = 5000
-		rt := kmsg.NewProduceRequestTopic()
-		rt.Topic = "crc"
-		rp := kmsg.NewProduceRequestTopicPartition()
-		rp.Records = records
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		resp, err := rc.do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0]
-	}
-	if p := produce(bad); p.ErrorCode != kerr.CorruptMessage.Code {
+	if p := rc.produce("crc", bad); p.ErrorCode != kerr.CorruptMessage.Code {
 		t.Fatalf("bad CRC: error %d, want CORRUPT_MESSAGE", p.ErrorCode)
 	}
 	// Two batches for one partition: Kafka takes exactly one (v3+).
-	if p := produce(append(append([]byte{}, good...), good...)); p.ErrorCode != kerr.InvalidRecord.Code {
+	if p := rc.produce("crc", append(append([]byte{}, good...), good...)); p.ErrorCode != kerr.InvalidRecord.Code {
 		t.Fatalf("two batches: error %d, want INVALID_RECORD", p.ErrorCode)
 	}
-	if p := produce(good); p.ErrorCode != 0 || p.BaseOffset != 0 {
+	if p := rc.produce("crc", good); p.ErrorCode != 0 || p.BaseOffset != 0 {
 		t.Fatalf("good batch after a rejected one: error %d, base offset %d; want 0, 0", p.ErrorCode, p.BaseOffset)
 	}
 	expectServing(t, a.Addr())

@@ -118,20 +118,7 @@ func TestIdempotentRetryIsNotDuplicated(t *testing.T) {
 		t.Helper()
 		spec := batchtest.NonIdempotent(time.Now().UnixMilli(), batchtest.Values(vals...)...)
 		spec.ProducerID, spec.ProducerEpoch, spec.BaseSequence = pr.ProducerID, pr.ProducerEpoch, seq
-		req := kmsg.NewPtrProduceRequest()
-		req.Version = 9
-		req.Acks = -1
-		rt := kmsg.NewProduceRequestTopic()
-		rt.Topic = "idem"
-		rp := kmsg.NewProduceRequestTopicPartition()
-		rp.Records = batchtest.Build(spec)
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		resp, err := rc.do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0]
+		return rc.produce("idem", batchtest.Build(spec))
 	}
 	first := send(0, "a", "b", "c")
 	second := send(3, "d")

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/groupd/groupd/internal/app"
@@ -70,7 +71,6 @@ func TestReplyNotHeldBehindParkedJoin(t *testing.T) {
 // of a group no longer answers COORDINATOR_LOAD_IN_PROGRESS.
 func waitCoordinatorLoaded(t *testing.T, rc *rawConn, group string) {
 	t.Helper()
-	const loadInProgress = 14
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		req := kmsg.NewPtrOffsetFetchRequest()
 		req.Version = 7
@@ -80,7 +80,7 @@ func waitCoordinatorLoaded(t *testing.T, rc *rawConn, group string) {
 			t.Fatal(err)
 		}
 		ec := resp.(*kmsg.OffsetFetchResponse).ErrorCode
-		if ec != loadInProgress {
+		if ec != kerr.CoordinatorLoadInProgress.Code {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -121,3 +121,24 @@ func expectServing(t testing.TB, addr string) {
 		t.Fatalf("ApiVersions error %d", ec)
 	}
 }
+
+// produce sends records to partition 0 of topic with acks=all (Produce v9)
+// and returns the partition's answer.
+func (rc *rawConn) produce(topic string, records []byte) kmsg.ProduceResponseTopicPartition {
+	rc.t.Helper()
+	req := kmsg.NewPtrProduceRequest()
+	req.Version = 9
+	req.Acks = -1
+	req.TimeoutMillis = 5000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = records
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := rc.do(req)
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	return resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0]
+}

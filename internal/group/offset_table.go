@@ -9,17 +9,17 @@ import (
 // A commit names a few topics with many partitions each: the topic is
 // hashed once per topic rather than once per partition, and partitions are
 // looked up by integer, which made commits markedly cheaper than a map
-// keyed by (topic, partition).
+// keyed by (topic, partition). A topic is in the table only while it has
+// an offset.
 type offsetTable struct {
 	topics map[string]map[int32]offsetValue
-	n      int
 }
 
 func newOffsetTable() offsetTable {
 	return offsetTable{topics: map[string]map[int32]offsetValue{}}
 }
 
-func (t *offsetTable) len() int { return t.n }
+func (t *offsetTable) empty() bool { return len(t.topics) == 0 }
 
 func (t *offsetTable) get(tp topicPartition) (offsetValue, bool) {
 	v, ok := t.topics[tp.topic][tp.partition]
@@ -43,7 +43,6 @@ func (t *offsetTable) delete(tp topicPartition) bool {
 		return false
 	}
 	delete(ps, tp.partition)
-	t.n--
 	if len(ps) == 0 {
 		delete(t.topics, tp.topic)
 	}
@@ -52,7 +51,7 @@ func (t *offsetTable) delete(tp topicPartition) bool {
 
 // sorted returns every topic and partition, by topic then partition.
 func (t *offsetTable) sorted() []topicPartition {
-	tps := make([]topicPartition, 0, t.n)
+	var tps []topicPartition
 	for topic, ps := range t.topics {
 		for p := range ps {
 			tps = append(tps, topicPartition{topic, p})
@@ -76,7 +75,5 @@ func (o *offsetPartitions) set(partition int32, v offsetValue) {
 		o.ps = map[int32]offsetValue{}
 		o.t.topics[o.topic] = o.ps
 	}
-	n := len(o.ps)
 	o.ps[partition] = v
-	o.t.n += len(o.ps) - n
 }

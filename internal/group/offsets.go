@@ -283,7 +283,7 @@ func (m *Machine) expireOffsets() {
 		}
 		allExpired := true
 		if base == nil {
-			allExpired = g.offsets.len() == 0
+			allExpired = g.offsets.empty()
 		} else {
 			for _, tp := range g.offsets.sorted() {
 				v, _ := g.offsets.get(tp)

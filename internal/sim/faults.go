@@ -238,12 +238,7 @@ func (w *world) injectFault() {
 		}
 		pr.pause(d)
 	case fStaticRestart:
-		var statics []*process
-		for _, pr := range live {
-			if pr.instanceID != "" {
-				statics = append(statics, pr)
-			}
-		}
+		statics := staticProcesses(live)
 		if len(statics) == 0 {
 			return
 		}
@@ -255,12 +250,7 @@ func (w *world) injectFault() {
 			}
 		})
 	case fSharedInstance:
-		var statics []*process
-		for _, pr := range live {
-			if pr.instanceID != "" {
-				statics = append(statics, pr)
-			}
-		}
+		statics := staticProcesses(live)
 		if len(statics) == 0 {
 			return
 		}
@@ -440,4 +430,15 @@ func (w *world) converged() (bool, string) {
 		}
 	}
 	return true, ""
+}
+
+// staticProcesses returns the processes with a group.instance.id.
+func staticProcesses(ps []*process) []*process {
+	var statics []*process
+	for _, pr := range ps {
+		if pr.instanceID != "" {
+			statics = append(statics, pr)
+		}
+	}
+	return statics
 }

@@ -422,6 +422,23 @@ func (p *process) reset(clearID bool, why string) {
 	p.needRejoin = false
 }
 
+// lostMembership handles the errors of a SyncGroup, Heartbeat or
+// OffsetCommit that end the process's membership, as clients do, and
+// reports whether code was one of them.
+func (p *process) lostMembership(api string, code int16) bool {
+	switch code {
+	case kerr.UnknownMemberID.Code:
+		p.reset(true, api+": UNKNOWN_MEMBER_ID")
+	case kerr.IllegalGeneration.Code:
+		p.reset(p.resetIDOnIllegal, api+": ILLEGAL_GENERATION")
+	case kerr.FencedInstanceID.Code:
+		p.fenced(api)
+	default:
+		return false
+	}
+	return true
+}
+
 func (p *process) fenced(api string) {
 	p.logf("fenced by %s: FENCED_INSTANCE_ID is fatal", api)
 	p.w.count("run.fenced-process")
@@ -654,19 +671,13 @@ func (p *process) assign(resp *kmsg.JoinGroupResponse) []kmsg.SyncGroupRequestGr
 
 func (p *process) onSync(gen int32, resp *kmsg.SyncGroupResponse) {
 	code := resp.ErrorCode
+	if p.lostMembership("sync", code) {
+		return
+	}
 	switch {
 	case code == 0:
 	case code == kerr.RebalanceInProgress.Code:
 		p.state = psNew
-		return
-	case code == kerr.UnknownMemberID.Code:
-		p.reset(true, "sync: UNKNOWN_MEMBER_ID")
-		return
-	case code == kerr.IllegalGeneration.Code:
-		p.reset(p.resetIDOnIllegal, "sync: ILLEGAL_GENERATION")
-		return
-	case code == kerr.FencedInstanceID.Code:
-		p.fenced("sync")
 		return
 	case coordinatorError(code):
 		p.state = psNew
@@ -737,16 +748,13 @@ func (p *process) heartbeat() {
 	p.send("heartbeat", req, func(r kmsg.Response) {
 		p.nextHB = p.w.now.Add(p.hb)
 		code := r.(*kmsg.HeartbeatResponse).ErrorCode
+		if p.lostMembership("heartbeat", code) {
+			return
+		}
 		switch {
 		case code == 0:
 		case code == kerr.RebalanceInProgress.Code:
 			p.needRejoin = true
-		case code == kerr.UnknownMemberID.Code:
-			p.reset(true, "heartbeat: UNKNOWN_MEMBER_ID")
-		case code == kerr.IllegalGeneration.Code:
-			p.reset(p.resetIDOnIllegal, "heartbeat: ILLEGAL_GENERATION")
-		case code == kerr.FencedInstanceID.Code:
-			p.fenced("heartbeat")
 		case coordinatorError(code):
 			p.backoff()
 		default:
@@ -822,17 +830,11 @@ func (p *process) commit(parts []tp, then func()) {
 				p.committed[t] = max(p.committed[t], o)
 			}
 		}
+		if p.lostMembership("commit", code) {
+			return
+		}
 		switch {
 		case code == 0 || code == kerr.RebalanceInProgress.Code:
-		case code == kerr.UnknownMemberID.Code:
-			p.reset(true, "commit: UNKNOWN_MEMBER_ID")
-			return
-		case code == kerr.IllegalGeneration.Code:
-			p.reset(p.resetIDOnIllegal, "commit: ILLEGAL_GENERATION")
-			return
-		case code == kerr.FencedInstanceID.Code:
-			p.fenced("commit")
-			return
 		case coordinatorError(code):
 			onErr()
 			return

@@ -52,36 +52,24 @@ func logKey(shard int, seq uint64) []byte {
 
 func isLogKey(key []byte) bool { return len(key) > 2 && key[2] == logMarker }
 
-// appendLogRecord appends one record to a log entry: its key, then its value
-// length plus one (zero for a tombstone) and its value.
+// appendLogRecord appends one record to a log entry: its key and its value
+// (none for a tombstone), each behind a four-byte big-endian length, the
+// value's being tombstoneLen for a tombstone.
 func appendLogRecord(b []byte, r group.Record) []byte {
-	// Reserve a byte for the key length, which fits in one uvarint byte
-	// for keys under 128 bytes, and move the key if it did not.
-	at := len(b)
-	b = append(b, 0)
-	b = r.AppendKey(b)
-	if n := len(b) - at - 1; n < 0x80 {
-		b[at] = byte(n)
-	} else {
-		key := append([]byte(nil), b[at+1:]...)
-		b = binary.AppendUvarint(b[:at], uint64(n))
-		b = append(b, key...)
-	}
+	b = appendSized(b, r.AppendKey)
 	if r.Tombstone() {
-		return append(b, 0)
+		return binary.BigEndian.AppendUint32(b, tombstoneLen)
 	}
-	// The value is appended after a placeholder length for the same
-	// reason: most values are short.
-	at = len(b)
-	b = append(b, 0)
-	b = r.AppendValue(b)
-	if n := len(b) - at - 1; n+1 < 0x80 {
-		b[at] = byte(n + 1)
-	} else {
-		v := append([]byte(nil), b[at+1:]...)
-		b = binary.AppendUvarint(b[:at], uint64(n)+1)
-		b = append(b, v...)
-	}
+	return appendSized(b, r.AppendValue)
+}
+
+const tombstoneLen = 1<<32 - 1
+
+// appendSized appends what appendTo appends, behind its length.
+func appendSized(b []byte, appendTo func([]byte) []byte) []byte {
+	at := len(b)
+	b = appendTo(append(b, 0, 0, 0, 0))
+	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
 	return b
 }
 
@@ -90,23 +78,31 @@ var errCorruptLog = errors.New("corrupt log entry")
 // eachLogRecord calls fn with the key and value (nil for a tombstone) of
 // every record in a log entry, in order. The slices alias entry.
 func eachLogRecord(entry []byte, fn func(key, value []byte) error) error {
+	// next takes a length and what follows it off entry; ok is false if
+	// entry is too short for them.
+	next := func(tombstoneOK bool) (field []byte, ok bool) {
+		if len(entry) < 4 {
+			return nil, false
+		}
+		n := binary.BigEndian.Uint32(entry)
+		entry = entry[4:]
+		if n == tombstoneLen && tombstoneOK {
+			return nil, true
+		}
+		if uint64(n) > uint64(len(entry)) {
+			return nil, false
+		}
+		field, entry = entry[:n:n], entry[n:]
+		return field, true
+	}
 	for len(entry) > 0 {
-		kn, n := binary.Uvarint(entry)
-		if n <= 0 || kn > uint64(len(entry)-n) {
+		key, ok := next(false)
+		if !ok {
 			return errCorruptLog
 		}
-		key := entry[n : n+int(kn)]
-		entry = entry[n+int(kn):]
-		vn, n := binary.Uvarint(entry)
-		if n <= 0 || (vn > 0 && vn-1 > uint64(len(entry)-n)) {
+		value, ok := next(true)
+		if !ok {
 			return errCorruptLog
-		}
-		var value []byte
-		if vn > 0 {
-			value = entry[n : n+int(vn-1) : n+int(vn-1)]
-			entry = entry[n+int(vn-1):]
-		} else {
-			entry = entry[n:]
 		}
 		if err := fn(key, value); err != nil {
 			return err
@@ -162,11 +158,8 @@ func (p *Pebble) fold(shard int) error {
 		return err
 	}
 	defer it.Close()
-	type latest struct {
-		value []byte // nil: tombstone
-	}
-	last := map[string]latest{}
-	var order []string // first appearance, so the batch is built deterministically
+	last := map[string][]byte{} // key -> latest value, nil for a tombstone
+	var order []string          // first appearance, so the batch is built deterministically
 	var first, end []byte
 	for it.First(); it.Valid(); it.Next() {
 		if first == nil {
@@ -182,7 +175,7 @@ func (p *Pebble) fold(shard int) error {
 			if _, ok := last[ks]; !ok {
 				order = append(order, ks)
 			}
-			last[ks] = latest{value: bytesOrNil(v)}
+			last[ks] = bytesOrNil(v)
 			return nil
 		}); err != nil {
 			return fmt.Errorf("log entry %x: %w", it.Key(), err)
@@ -200,7 +193,7 @@ func (p *Pebble) fold(shard int) error {
 	var key []byte
 	for _, k := range order {
 		key = append(append(key[:0], prefix...), k...)
-		if v := last[k].value; v == nil {
+		if v := last[k]; v == nil {
 			err = b.Delete(key, nil)
 		} else {
 			err = b.Set(key, v, nil)
