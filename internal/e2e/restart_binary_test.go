@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net"
 	"os"
@@ -31,12 +32,16 @@ var (
 )
 
 // groupdBinary builds cmd/groupd once per test binary run. The result goes
-// to a fixed per-user path under the temp dir (built beside it and renamed,
-// so concurrent runs never see half a file), which later runs overwrite.
+// to a per-user, per-checkout path under the temp dir (built beside it and
+// renamed, so concurrent runs never see half a file), which later runs of
+// the same checkout overwrite. Two checkouts never share a binary.
 func groupdBinary(t *testing.T) string {
 	t.Helper()
 	groupdBinOnce.Do(func() {
-		dir := filepath.Join(os.TempDir(), fmt.Sprintf("groupd-e2e-%d", os.Getuid()))
+		wd, _ := os.Getwd()
+		h := fnv.New32a()
+		h.Write([]byte(wd))
+		dir := filepath.Join(os.TempDir(), fmt.Sprintf("groupd-e2e-%d-%08x", os.Getuid(), h.Sum32()))
 		if groupdBinErr = os.MkdirAll(dir, 0o755); groupdBinErr != nil {
 			return
 		}
@@ -81,13 +86,15 @@ type groupdProc struct {
 	err    error // cmd.Wait's result, once exited is closed
 }
 
-// startGroupd runs the binary on listen over dir and waits for its
+// startGroupd runs the binary on listen over dir, with extra flags after
+// the defaults (a later flag wins), and waits for its
 // "groupd listening on HOST:PORT ..." line.
-func startGroupd(t *testing.T, dir, listen string) *groupdProc {
+func startGroupd(t *testing.T, dir, listen string, extra ...string) *groupdProc {
 	t.Helper()
 	p := &groupdProc{stderr: &lockedBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(groupdBinary(t), "--listen", listen, "--data-dir", dir,
-		"--log-level", "warn", "--group-initial-rebalance-delay", "100ms")
+	args := append([]string{"--listen", listen, "--data-dir", dir,
+		"--log-level", "warn", "--group-initial-rebalance-delay", "100ms"}, extra...)
+	p.cmd = exec.Command(groupdBinary(t), args...)
 	p.cmd.Stderr = p.stderr
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
