@@ -1,0 +1,192 @@
+// Package inspect holds the read-only views of groups and their rebalances
+// that the coordinator hands out to everything that shows them: the admin
+// JSON API, the status page, the Prometheus metrics and the rebalance log
+// line. They are plain values, copied out of the shard that owns the group,
+// so a reader can keep them as long as it likes without touching group
+// state.
+//
+// The JSON field names are the admin API's (GET /api/v1/groups...); they are
+// snake_case and stable, since scripts and the groups CLI read them.
+package inspect
+
+import (
+	"context"
+	"time"
+)
+
+// Group types, as ListGroups reports them (KIP-848).
+const (
+	TypeClassic  = "classic"
+	TypeConsumer = "consumer"
+)
+
+// Rebalance protocols, as a rebalance record names them.
+const (
+	ProtocolEager       = "eager"
+	ProtocolCooperative = "cooperative"
+	ProtocolConsumer    = "consumer"
+)
+
+// Rebalance triggers. A trigger names what the coordinator saw start the
+// rebalance; Rebalance.Member names who did it, when a member did.
+const (
+	TriggerMemberJoined         = "member-joined"
+	TriggerMemberLeft           = "member-left"
+	TriggerSessionTimeout       = "session-timeout"
+	TriggerRebalanceTimeout     = "rebalance-timeout"
+	TriggerSubscriptionChanged  = "subscription-changed"
+	TriggerLeaderRejoined       = "leader-rejoined"
+	TriggerStaticReplaced       = "static-replaced"
+	TriggerTopicMetadataChanged = "topic-metadata-changed"
+	TriggerAdminRemoved         = "admin-removed"
+	TriggerCoordinatorLoaded    = "coordinator-loaded"
+	TriggerPendingSyncTimeout   = "pending-sync-timeout"
+	TriggerGroupOversized       = "group-oversized"
+)
+
+// GroupSummary is one line of the group list.
+type GroupSummary struct {
+	Group string `json:"group"`
+	// Type is TypeClassic or TypeConsumer.
+	Type string `json:"type"`
+	// State is Kafka's name for the group state (Empty, PreparingRebalance,
+	// CompletingRebalance, Stable, Dead; for consumer groups Assigning and
+	// Reconciling too).
+	State        string `json:"state"`
+	ProtocolType string `json:"protocol_type"`
+	// Protocol is the chosen assignor (classic) or server assignor
+	// (consumer); empty while none is chosen.
+	Protocol string `json:"protocol"`
+	// Generation is the classic generation or the consumer group epoch.
+	Generation int32 `json:"generation"`
+	Members    int   `json:"members"`
+	// Lag is the sum over the group's committed partitions of high
+	// watermark minus committed offset; -1 when unknown.
+	Lag int64 `json:"lag"`
+	// Rebalances counts the rebalances kept in the group's history.
+	Rebalances int `json:"rebalances"`
+	// LastRebalance is the newest rebalance, finished or not; nil if the
+	// group has none.
+	LastRebalance *Rebalance `json:"last_rebalance,omitempty"`
+}
+
+// Group is a group's whole view.
+type Group struct {
+	GroupSummary
+	Members []Member `json:"members"`
+	// Offsets are the committed offsets, sorted by topic then partition.
+	Offsets []PartitionOffset `json:"offsets"`
+}
+
+// Member is one group member.
+type Member struct {
+	MemberID   string `json:"member_id"`
+	InstanceID string `json:"instance_id,omitempty"`
+	ClientID   string `json:"client_id"`
+	ClientHost string `json:"client_host"`
+	// Assignment is what the member was last given, sorted by topic.
+	Assignment []TopicPartitions `json:"assignment"`
+	// LastHeartbeat is when the coordinator last heard from the member.
+	LastHeartbeat      time.Time `json:"last_heartbeat"`
+	SessionTimeoutMs   int64     `json:"session_timeout_ms"`
+	RebalanceTimeoutMs int64     `json:"rebalance_timeout_ms"`
+}
+
+// TopicPartitions is a set of partitions of one topic.
+type TopicPartitions struct {
+	Topic      string  `json:"topic"`
+	Partitions []int32 `json:"partitions"`
+}
+
+// PartitionOffset is a group's position on one partition.
+type PartitionOffset struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Committed int64  `json:"committed"`
+	// HighWatermark is -1 when the partition does not exist (any more).
+	HighWatermark int64 `json:"high_watermark"`
+	// Lag is HighWatermark minus Committed, never below 0; -1 when the
+	// high watermark is unknown.
+	Lag int64 `json:"lag"`
+	// Owner is the member currently assigned the partition, if any.
+	Owner string `json:"owner,omitempty"`
+}
+
+// Rebalance is the record of one rebalance: why it started, who it waited
+// for, and what it cost each partition that changed owner.
+type Rebalance struct {
+	Group string `json:"group"`
+	// Protocol is ProtocolEager, ProtocolCooperative or ProtocolConsumer.
+	Protocol string `json:"protocol"`
+	// GenerationBefore and GenerationAfter are classic generations or
+	// consumer group epochs.
+	GenerationBefore int32 `json:"generation_before"`
+	GenerationAfter  int32 `json:"generation_after"`
+	StartedAt        time.Time `json:"started_at"`
+	// EndedAt is when every member had its new assignment; nil while the
+	// rebalance is in progress.
+	EndedAt    *time.Time `json:"ended_at"`
+	DurationMs int64      `json:"duration_ms"`
+	// Trigger is one of the Trigger constants.
+	Trigger string `json:"trigger"`
+	// Member is who caused the rebalance, when a member did.
+	Member *MemberRef `json:"member"`
+	// MembersIn and MembersOut compare the member ids at the start and
+	// the end.
+	MembersIn  []string `json:"members_in"`
+	MembersOut []string `json:"members_out"`
+	// WaitedFor lists the members the join phase waited for, the longest
+	// wait first: the first is the straggler that held the rebalance.
+	WaitedFor []Wait `json:"waited_for"`
+	// Moved lists every partition that changed owner, sorted by topic and
+	// partition.
+	Moved []Move `json:"moved"`
+	// Outcome is "stable", "empty", "restarted" (a new rebalance began
+	// before this one ended) or "" while in progress.
+	Outcome string `json:"outcome"`
+	// Storm is set when the same trigger from the same member repeated
+	// within the storm window; StormCause names the likely cause.
+	Storm      bool   `json:"storm"`
+	StormCause string `json:"storm_cause,omitempty"`
+}
+
+// MemberRef names a member as a rebalance record keeps it.
+type MemberRef struct {
+	MemberID   string `json:"member_id"`
+	InstanceID string `json:"instance_id,omitempty"`
+	ClientID   string `json:"client_id"`
+	ClientHost string `json:"client_host"`
+}
+
+// Wait is how long a rebalance waited for one member.
+type Wait struct {
+	Member   string `json:"member"`
+	WaitedMs int64  `json:"waited_ms"`
+}
+
+// Move is one partition that changed owner in a rebalance.
+type Move struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// From and To are member ids; empty when nobody owned it before, or
+	// nobody owns it after.
+	From string `json:"from"`
+	To   string `json:"to"`
+	// PauseMs runs from when the previous owner gave the partition up
+	// (or was last heard from, if it died) until the new owner received
+	// it.
+	PauseMs int64 `json:"pause_ms"`
+	// CommitGap is the high watermark minus the group's committed offset
+	// at hand-off: records the new owner may read again that the old one
+	// may already have processed. -1 when unknown.
+	CommitGap int64 `json:"commit_gap"`
+}
+
+// Source is what the admin API, the status page and the metrics read. The
+// coordinator implements it, with the broker's high watermarks filled in.
+// ok is false for a group that does not exist.
+type Source interface {
+	Groups(ctx context.Context) ([]GroupSummary, error)
+	Group(ctx context.Context, group string) (g Group, ok bool, err error)
+	Rebalances(ctx context.Context, group string) (rs []Rebalance, ok bool, err error)
+}
