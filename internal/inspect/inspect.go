@@ -120,8 +120,8 @@ type Rebalance struct {
 	Protocol string `json:"protocol"`
 	// GenerationBefore and GenerationAfter are classic generations or
 	// consumer group epochs.
-	GenerationBefore int32 `json:"generation_before"`
-	GenerationAfter  int32 `json:"generation_after"`
+	GenerationBefore int32     `json:"generation_before"`
+	GenerationAfter  int32     `json:"generation_after"`
 	StartedAt        time.Time `json:"started_at"`
 	// EndedAt is when every member had its new assignment; nil while the
 	// rebalance is in progress.
