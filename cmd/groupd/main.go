@@ -17,14 +17,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/groupd/groupd/internal/app"
+	"github.com/groupd/groupd/internal/cli"
 	"github.com/groupd/groupd/internal/group"
 	"github.com/groupd/groupd/internal/partition"
 )
 
 func main() {
-	if err := rootCmd().Execute(); err != nil {
-		os.Exit(1)
-	}
+	// 0 success, 1 failure, 2 usage error of the groups and topics commands.
+	os.Exit(cli.ExitCode(rootCmd().Execute()))
 }
 
 func rootCmd() *cobra.Command {
@@ -39,6 +39,7 @@ func rootCmd() *cobra.Command {
 	}
 	root.Flags().AddFlagSet(serve.Flags())
 	root.AddCommand(serve)
+	root.AddCommand(cli.GroupsCmd(), cli.TopicsCmd())
 	return root
 }
 
