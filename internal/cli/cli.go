@@ -147,24 +147,38 @@ func (o *options) seeds() []string {
 	return s
 }
 
-// session is one command's connection to the cluster, bounded by
+// clusterConn is one command's connection to the cluster, bounded by
 // --timeout.
-type session struct {
+type clusterConn struct {
 	ctx    context.Context
 	adm    *kadm.Client
 	cancel func()
 }
 
-func (o *options) connect(cmd *cobra.Command) (*session, error) {
+func (o *options) connect(cmd *cobra.Command) (*clusterConn, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(o.seeds()...), kgo.ClientID("groupd-cli"))
 	if err != nil {
 		return nil, usageErr(cmd, "--bootstrap-server: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
-	return &session{ctx: ctx, adm: kadm.NewClient(cl), cancel: func() { cancel(); cl.Close() }}, nil
+	return &clusterConn{ctx: ctx, adm: kadm.NewClient(cl), cancel: func() { cancel(); cl.Close() }}, nil
 }
 
-func (s *session) close() { s.cancel() }
+func (s *clusterConn) close() { s.cancel() }
+
+// connected makes a command's RunE that runs fn with a connection to the
+// cluster. The client dials on its first request, so usage checks at the
+// top of fn still come before anything is sent.
+func (o *options) connected(fn func(cmd *cobra.Command, args []string, s *clusterConn) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		s, err := o.connect(cmd)
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		return fn(cmd, args, s)
+	}
+}
 
 // OpError is a failed operation: what was being done, the error (a kerr
 // error where the broker answered one), and what the operator can do
@@ -230,6 +244,55 @@ func (o *options) hint(err error) string {
 		return "A single groupd broker takes --replication-factor 1 (or -1 for the broker's default)."
 	}
 	return ""
+}
+
+// answer is the outcome of a command for one of the names it was given
+// (a group or topic to delete, a topic to create).
+type answer struct {
+	name string
+	err  error
+	line string // what table output prints on success
+	json any    // the name's object in JSON output
+}
+
+// answerErr is one name's error: the broker's, with its message, or that
+// the broker left the name out of its answer.
+func answerErr(answered bool, err error, msg string) error {
+	switch {
+	case !answered:
+		return errors.New("the broker's answer left it out")
+	case err != nil && msg != "":
+		return fmt.Errorf("%w (%s)", err, msg)
+	}
+	return err
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// report prints the answers (the successes' lines, or every answer in
+// JSON) and returns the failures, each naming op and its name.
+func (o *options) report(cmd *cobra.Command, op string, answers []answer) error {
+	var failures []error
+	objs := make([]any, 0, len(answers))
+	for _, a := range answers {
+		objs = append(objs, a.json)
+		if a.err != nil {
+			failures = append(failures, o.fail(fmt.Sprintf("%s %q", op, a.name), a.err))
+		} else if !o.json() {
+			fmt.Fprintln(cmd.OutOrStdout(), a.line)
+		}
+	}
+	if o.json() {
+		if err := writeJSON(cmd.OutOrStdout(), objs); err != nil {
+			return err
+		}
+	}
+	return errors.Join(failures...)
 }
 
 // writeTable prints rows under header, aligned in columns. Empty cells

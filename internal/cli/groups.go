@@ -49,16 +49,11 @@ func listGroupsCmd(o *options) *cobra.Command {
 		Use:   "list",
 		Short: "List the groups with their type and state",
 		Args:  exactArgs(),
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: o.connected(func(cmd *cobra.Command, _ []string, s *clusterConn) error {
 			want, err := canonicalStates(states)
 			if err != nil {
 				return usageErr(cmd, "%v", err)
 			}
-			s, err := o.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer s.close()
 			listed, err := s.adm.ListGroupsByType(s.ctx, types, want...)
 			if err != nil {
 				return o.fail("list groups", err)
@@ -86,7 +81,7 @@ func listGroupsCmd(o *options) *cobra.Command {
 				rows = append(rows, []string{l.Group, l.Type, l.State})
 			}
 			return writeTable(cmd.OutOrStdout(), []string{"GROUP", "TYPE", "STATE"}, rows)
-		},
+		}),
 	}
 	cmd.Flags().StringSliceVar(&states, "state", nil, "only groups in these states (Empty, Stable, PreparingRebalance, CompletingRebalance, Dead, ...; case-insensitive; repeatable or comma-separated)")
 	cmd.Flags().StringSliceVar(&types, "type", nil, "only groups of these types (classic, consumer, ...; needs ListGroups v5)")
@@ -151,7 +146,7 @@ func (m memberView) partitionCount() int {
 // describeGroup reads a group, its committed offsets and the log end of
 // each of its partitions. A group the broker does not know is an error
 // naming GROUP_ID_NOT_FOUND, as for kafka-consumer-groups.sh.
-func (o *options) describeGroup(s *session, group string) (groupView, error) {
+func (o *options) describeGroup(s *clusterConn, group string) (groupView, error) {
 	op := fmt.Sprintf("describe group %q", group)
 	lags, err := s.adm.Lag(s.ctx, group)
 	if err != nil {
@@ -231,7 +226,7 @@ assignments), --state the group's coordinator, assignment strategy, state and
 member count. With --output json the whole group is printed, whichever view
 is chosen.`,
 		Args: exactArgs("GROUP"),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: o.connected(func(cmd *cobra.Command, args []string, s *clusterConn) error {
 			n := 0
 			for _, b := range []bool{members, state, offsets} {
 				if b {
@@ -241,11 +236,6 @@ is chosen.`,
 			if n > 1 {
 				return usageErr(cmd, "give at most one of --offsets, --members, --state")
 			}
-			s, err := o.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer s.close()
 			v, err := o.describeGroup(s, args[0])
 			if err != nil {
 				return err
@@ -287,7 +277,7 @@ is chosen.`,
 				}
 				return writeTable(out, []string{"TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"}, rows)
 			}
-		},
+		}),
 	}
 	f := cmd.Flags()
 	f.BoolVar(&offsets, "offsets", false, "show offsets and lag per partition (the default)")
@@ -319,12 +309,7 @@ func lagCmd(o *options) *cobra.Command {
 group's committed offset; then the sum per topic and in total. A partition
 without a committed offset has no lag ("-") and is left out of the sums.`,
 		Args: exactArgs("GROUP"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := o.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer s.close()
+		RunE: o.connected(func(cmd *cobra.Command, args []string, s *clusterConn) error {
 			v, err := o.describeGroup(s, args[0])
 			if err != nil {
 				return err
@@ -380,7 +365,7 @@ without a committed offset has no lag ("-") and is left out of the sums.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "%d partition(s) without a committed offset or log end are not counted.\n", unknown)
 			}
 			return nil
-		},
+		}),
 	}
 }
 
@@ -389,51 +374,22 @@ func deleteGroupsCmd(o *options) *cobra.Command {
 		Use:   "delete GROUP...",
 		Short: "Delete groups and their committed offsets (only groups without active members)",
 		Args:  minArgs(1, "one or more GROUP names"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := o.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer s.close()
+		RunE: o.connected(func(cmd *cobra.Command, args []string, s *clusterConn) error {
 			resps, err := s.adm.DeleteGroups(s.ctx, args...)
 			if err != nil {
 				return o.fail("delete groups", err)
 			}
-			type result struct {
-				Group string `json:"group"`
-				Error string `json:"error,omitempty"`
-			}
-			var results []result
-			var failures []error
-			for _, g := range args {
+			answers := make([]answer, len(args))
+			for i, g := range args {
 				r, ok := resps[g]
-				err := r.Err
-				if !ok {
-					err = errors.New("the broker did not answer for this group")
-				}
-				if err != nil {
-					if r.ErrMessage != "" {
-						err = fmt.Errorf("%w (%s)", err, r.ErrMessage)
-					}
-					failures = append(failures, o.fail(fmt.Sprintf("delete group %q", g), err))
-					results = append(results, result{g, err.Error()})
-					continue
-				}
-				results = append(results, result{Group: g})
+				err := answerErr(ok, r.Err, r.ErrMessage)
+				answers[i] = answer{name: g, err: err, line: fmt.Sprintf("Deleted group %q.", g), json: struct {
+					Group string `json:"group"`
+					Error string `json:"error,omitempty"`
+				}{g, errString(err)}}
 			}
-			if o.json() {
-				if err := writeJSON(cmd.OutOrStdout(), results); err != nil {
-					return err
-				}
-			} else {
-				for _, r := range results {
-					if r.Error == "" {
-						fmt.Fprintf(cmd.OutOrStdout(), "Deleted group %q.\n", r.Group)
-					}
-				}
-			}
-			return errors.Join(failures...)
-		},
+			return o.report(cmd, "delete group", answers)
+		}),
 	}
 }
 
@@ -446,7 +402,7 @@ func deleteOffsetsCmd(o *options) *cobra.Command {
 group committed, and all the topic has) or partitions. The broker refuses
 while active members of the group consume the topic.`,
 		Args: exactArgs("GROUP"),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: o.connected(func(cmd *cobra.Command, args []string, s *clusterConn) error {
 			group := args[0]
 			specs, err := parseTopicSpecs(topics)
 			if err != nil {
@@ -455,11 +411,6 @@ while active members of the group consume the topic.`,
 			if len(specs) == 0 {
 				return usageErr(cmd, "name the offsets to delete with one or more --topic")
 			}
-			s, err := o.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer s.close()
 			op := fmt.Sprintf("delete offsets of group %q", group)
 			set, err := o.offsetsToDelete(s, group, specs)
 			if err != nil {
@@ -513,7 +464,7 @@ while active members of the group consume the topic.`,
 				return o.fail(op, fmt.Errorf("%d of %d partition(s) failed: %w", failed, len(results), first))
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().StringArrayVar(&topics, "topic", nil, "delete the offsets of this topic, or of TOPIC:P,P only; repeatable")
 	return cmd
@@ -523,7 +474,7 @@ while active members of the group consume the topic.`,
 // stands for every partition the group committed on it and every
 // partition it has, so that the offsets of a deleted topic can still be
 // deleted.
-func (o *options) offsetsToDelete(s *session, group string, specs []topicSpec) (kadm.TopicsSet, error) {
+func (o *options) offsetsToDelete(s *clusterConn, group string, specs []topicSpec) (kadm.TopicsSet, error) {
 	set := make(kadm.TopicsSet)
 	var whole []string
 	for _, sp := range specs {

@@ -115,7 +115,7 @@ kafka-consumer-groups.sh, the group must have no active members (state Empty,
 or no group at all, which the reset creates); a target outside a partition's
 [log start, log end] is clamped into it, with a warning.`,
 		Args: exactArgs("GROUP"),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: o.connected(func(cmd *cobra.Command, args []string, s *clusterConn) error {
 			group := args[0]
 			f := cmd.Flags()
 			var target resetTarget
@@ -162,13 +162,8 @@ or no group at all, which the reset creates); a target outside a partition's
 			if execute && dryRun {
 				return usageErr(cmd, "--dry-run and --execute contradict each other")
 			}
-			s, err := o.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer s.close()
 			return o.resetOffsets(cmd, s, group, target, specs, execute)
-		},
+		}),
 	}
 	f := cmd.Flags()
 	f.BoolVar(&toEarliestF, "to-earliest", false, "reset to the log start offset")
@@ -184,7 +179,7 @@ or no group at all, which the reset creates); a target outside a partition's
 	return cmd
 }
 
-func (o *options) resetOffsets(cmd *cobra.Command, s *session, group string, target resetTarget, specs []topicSpec, execute bool) error {
+func (o *options) resetOffsets(cmd *cobra.Command, s *clusterConn, group string, target resetTarget, specs []topicSpec, execute bool) error {
 	op := fmt.Sprintf("reset offsets of group %q", group)
 	// Only an inactive group may be reset: the committed offsets of a
 	// group whose members consume would be overwritten by their next
@@ -316,7 +311,7 @@ func (o *options) resetOffsets(cmd *cobra.Command, s *session, group string, tar
 
 // resolvePartitions turns --topic specs into partitions, checking them
 // against the cluster's metadata.
-func (o *options) resolvePartitions(s *session, specs []topicSpec) ([]kadm.TopicPartitions, error) {
+func (o *options) resolvePartitions(s *clusterConn, specs []topicSpec) ([]kadm.TopicPartitions, error) {
 	names := make([]string, 0, len(specs))
 	for _, sp := range specs {
 		names = append(names, sp.topic)

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -46,12 +45,7 @@ func listTopicsCmd(o *options) *cobra.Command {
 		Use:   "list",
 		Short: "List the topics with their partition count and replication factor",
 		Args:  exactArgs(),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := o.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer s.close()
+		RunE: o.connected(func(cmd *cobra.Command, _ []string, s *clusterConn) error {
 			details, err := s.adm.ListTopics(s.ctx)
 			if err != nil {
 				return o.fail("list topics", err)
@@ -68,7 +62,7 @@ func listTopicsCmd(o *options) *cobra.Command {
 				rows = append(rows, []string{l.Topic, fmt.Sprint(l.Partitions), fmt.Sprint(l.ReplicationFactor), l.ID})
 			}
 			return writeTable(cmd.OutOrStdout(), []string{"TOPIC", "PARTITIONS", "REPLICATION-FACTOR", "ID"}, rows)
-		},
+		}),
 	}
 }
 
@@ -82,7 +76,7 @@ func createTopicsCmd(o *options) *cobra.Command {
 		Use:   "create TOPIC...",
 		Short: "Create topics",
 		Args:  minArgs(1, "one or more TOPIC names"),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: o.connected(func(cmd *cobra.Command, args []string, s *clusterConn) error {
 			cfg, err := parseConfigs(configs)
 			if err != nil {
 				return usageErr(cmd, "%v", err)
@@ -93,50 +87,26 @@ func createTopicsCmd(o *options) *cobra.Command {
 			if rf == 0 || rf < -1 {
 				return usageErr(cmd, "--replication-factor must be positive (or -1 for the broker's default)")
 			}
-			s, err := o.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer s.close()
 			resps, err := s.adm.CreateTopics(s.ctx, partitions, rf, cfg, args...)
 			if err != nil {
 				return o.fail("create topics", err)
 			}
-			type result struct {
-				topicLine
-				Error string `json:"error,omitempty"`
-			}
-			var results []result
-			var failures []error
-			for _, t := range args {
+			answers := make([]answer, len(args))
+			for i, t := range args {
 				r, ok := resps[t]
-				err := r.Err
-				if !ok {
-					err = errors.New("the broker did not answer for this topic")
+				err := answerErr(ok, r.Err, r.ErrMessage)
+				line := topicLine{Topic: t}
+				if err == nil {
+					line = topicLine{t, r.ID.String(), int(r.NumPartitions), int(r.ReplicationFactor)}
 				}
-				if err != nil {
-					if r.ErrMessage != "" {
-						err = fmt.Errorf("%w (%s)", err, r.ErrMessage)
-					}
-					failures = append(failures, o.fail(fmt.Sprintf("create topic %q", t), err))
-					results = append(results, result{topicLine: topicLine{Topic: t}, Error: err.Error()})
-					continue
-				}
-				results = append(results, result{topicLine: topicLine{t, r.ID.String(), int(r.NumPartitions), int(r.ReplicationFactor)}})
+				answers[i] = answer{name: t, err: err, json: struct {
+					topicLine
+					Error string `json:"error,omitempty"`
+				}{line, errString(err)},
+					line: fmt.Sprintf("Created topic %q (%d partition(s), replication factor %d, id %s).", t, line.Partitions, line.ReplicationFactor, line.ID)}
 			}
-			if o.json() {
-				if err := writeJSON(cmd.OutOrStdout(), results); err != nil {
-					return err
-				}
-			} else {
-				for _, r := range results {
-					if r.Error == "" {
-						fmt.Fprintf(cmd.OutOrStdout(), "Created topic %q (%d partition(s), replication factor %d, id %s).\n", r.Topic, r.Partitions, r.ReplicationFactor, r.ID)
-					}
-				}
-			}
-			return errors.Join(failures...)
-		},
+			return o.report(cmd, "create topic", answers)
+		}),
 	}
 	f := cmd.Flags()
 	f.Int32Var(&partitions, "partitions", -1, "number of partitions (-1: the broker's default)")
@@ -179,12 +149,7 @@ func describeTopicsCmd(o *options) *cobra.Command {
 replicas, and the configs set on the topic itself. Configs need the broker to
 serve DescribeConfigs; when it does not (groupd does not yet), they are left
 out with a note.`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := o.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer s.close()
+		RunE: o.connected(func(cmd *cobra.Command, args []string, s *clusterConn) error {
 			details, err := s.adm.ListTopics(s.ctx, args...)
 			if err != nil {
 				return o.fail("describe topics", err)
@@ -224,12 +189,12 @@ out with a note.`,
 				return err
 			}
 			return errors.Join(missing...)
-		},
+		}),
 	}
 }
 
 // topicConfigs fills in the topics' own configs, or says why it cannot.
-func (o *options) topicConfigs(s *session, views []topicView) (note string, err error) {
+func (o *options) topicConfigs(s *clusterConn, views []topicView) (note string, err error) {
 	if len(views) == 0 {
 		return "", nil
 	}
@@ -320,51 +285,22 @@ func deleteTopicsCmd(o *options) *cobra.Command {
 		Use:   "delete TOPIC...",
 		Short: "Delete topics and their data",
 		Args:  minArgs(1, "one or more TOPIC names"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := o.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer s.close()
+		RunE: o.connected(func(cmd *cobra.Command, args []string, s *clusterConn) error {
 			resps, err := s.adm.DeleteTopics(s.ctx, args...)
 			if err != nil {
 				return o.fail("delete topics", err)
 			}
-			type result struct {
-				Topic string `json:"topic"`
-				Error string `json:"error,omitempty"`
-			}
-			var results []result
-			var failures []error
-			for _, t := range args {
+			answers := make([]answer, len(args))
+			for i, t := range args {
 				r, ok := resps[t]
-				err := r.Err
-				if !ok {
-					err = fmt.Errorf("the broker did not answer for this topic: %w", kerr.UnknownTopicOrPartition)
-				}
-				if err != nil {
-					if r.ErrMessage != "" {
-						err = fmt.Errorf("%w (%s)", err, r.ErrMessage)
-					}
-					failures = append(failures, o.fail(fmt.Sprintf("delete topic %q", t), err))
-					results = append(results, result{t, err.Error()})
-					continue
-				}
-				results = append(results, result{Topic: t})
+				err := answerErr(ok, r.Err, r.ErrMessage)
+				answers[i] = answer{name: t, err: err, line: fmt.Sprintf("Deleted topic %q.", t), json: struct {
+					Topic string `json:"topic"`
+					Error string `json:"error,omitempty"`
+				}{t, errString(err)}}
 			}
-			if o.json() {
-				if err := writeJSON(cmd.OutOrStdout(), results); err != nil {
-					return err
-				}
-			} else {
-				for _, r := range results {
-					if r.Error == "" {
-						fmt.Fprintf(cmd.OutOrStdout(), "Deleted topic %q.\n", r.Topic)
-					}
-				}
-			}
-			return errors.Join(failures...)
-		},
+			return o.report(cmd, "delete topic", answers)
+		}),
 	}
 }
 
