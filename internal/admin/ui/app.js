@@ -6,6 +6,9 @@
 const REFRESH_MS = 5000;
 const MAX_PAUSE_ROWS = 40;
 const MAX_WAIT_ROWS = 8;
+// The list draws at most this many groups; a filter narrows the rest.
+const MAX_LIST_ROWS = 500;
+const MAX_OFFSET_ROWS = 2000;
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 const TRIGGER_COLORS = {
@@ -103,6 +106,17 @@ function fmtTick(ms) {
   if (ms < 1000) return `${ms} ms`;
   if (ms < 60000) return `${+(ms / 1000).toFixed(1)} s`;
   return `${+(ms / 60000).toFixed(1)} min`;
+}
+
+// maxOf is the largest f(x) over xs, or floor; a loop, since spreading a
+// group's partitions into Math.max can exceed the argument limit.
+function maxOf(xs, f, floor) {
+  let m = floor;
+  for (const x of xs) {
+    const v = f(x);
+    if (v > m) m = v;
+  }
+  return m;
 }
 
 function pad(n, w = 2) { return String(n).padStart(w, "0"); }
@@ -256,6 +270,7 @@ async function refresh() {
     } else {
       showError(`Could not refresh: ${e.message}. ${state.paused ? "" : `Retrying every ${REFRESH_MS / 1000} s.`}`);
     }
+    $("updated").textContent = `refresh failed at ${fmtClock(Date.now())}`;
     setDot("failed");
   } finally {
     if (seq === state.seq && !state.paused) state.timer = setTimeout(refresh, REFRESH_MS);
@@ -380,8 +395,8 @@ function fillList() {
   }
   $("count").textContent = shown.length === gs.length ? `${gs.length} groups` : `${shown.length} of ${gs.length} groups`;
 
-  const maxLag = Math.max(1, ...shown.map((g) => g.lag));
-  const rows = shown.map((g) => {
+  const maxLag = maxOf(shown, (g) => g.lag, 1);
+  const rows = shown.slice(0, MAX_LIST_ROWS).map((g) => {
     const r = g.last_rebalance;
     const link = h("a", { href: `#/groups/${encodeURIComponent(g.group)}`, class: "mono", text: g.group === "" ? "(empty id)" : g.group });
     return h("tr", { "data-group": g.group },
@@ -401,6 +416,9 @@ function fillList() {
   });
   if (rows.length === 0) {
     rows.push(h("tr", { class: "empty" }, h("td", { colspan: LIST_COLUMNS.length, text: gs.length ? "No group matches the filter." : "No groups yet." })));
+  }
+  if (shown.length > MAX_LIST_ROWS) {
+    rows.push(h("tr", { class: "empty" }, h("td", { colspan: LIST_COLUMNS.length, text: `${fmtNum(shown.length - MAX_LIST_ROWS)} more groups not drawn; sort or filter to find them.` })));
   }
   fill($("group-rows"), ...rows);
 }
@@ -512,14 +530,14 @@ function drawTimeline(rs) {
   const now = Date.now();
   const starts = rs.map((r) => new Date(r.started_at).getTime());
   const ends = rs.map((r, i) => starts[i] + durationOf(r));
-  let t0 = Math.min(...starts), t1 = Math.max(now, ...ends);
+  let t0 = -maxOf(starts, (t) => -t, -Infinity), t1 = maxOf(ends, (t) => t, now);
   if (t1 - t0 < 60000) t0 = t1 - 60000;
   const padT = (t1 - t0) * 0.03;
   t0 -= padT; t1 += padT;
   const x = linear(t0, t1, m.l, W - m.r);
 
   const durs = rs.map(durationOf);
-  const yMin = 10, yMax = Math.max(1000, Math.max(...durs) * 1.6);
+  const yMin = 10, yMax = Math.max(1000, maxOf(durs, (d) => d, 0) * 1.6);
   const ly = linear(Math.log10(yMin), Math.log10(yMax), H - m.b, m.t);
   const y = (ms) => ly(Math.log10(Math.max(yMin, ms)));
 
@@ -624,7 +642,7 @@ function drawDetail(r, byId) {
   const moved = [...r.moved].sort((a, b) => b.pause_ms - a.pause_ms || a.topic.localeCompare(b.topic) || a.partition - b.partition);
   const waits = r.waited_for.slice(0, MAX_WAIT_ROWS);
   const pauses = moved.slice(0, MAX_PAUSE_ROWS);
-  const maxPause = Math.max(0, ...moved.map((mv) => mv.pause_ms));
+  const maxPause = maxOf(moved, (mv) => mv.pause_ms, 0);
   const gap = moved.reduce((sum, mv) => sum + Math.max(0, mv.commit_gap), 0);
 
   const head = h("div", { class: "detail-head" },
@@ -656,7 +674,7 @@ function drawDetail(r, byId) {
   const m = { l: 170, r: 330, t: 8, b: 24 };
   const noteChars = Math.floor((m.r - 14) / 6.3);
   const H = m.t + rows.length * rowH + m.b;
-  let t0 = Math.min(start, ...rows.map((rw) => rw.a)), t1 = Math.max(end, start + 1);
+  let t0 = -maxOf(rows, (rw) => -rw.a, -start), t1 = Math.max(end, start + 1);
   const padT = Math.max(1, (t1 - t0) * 0.04);
   t0 -= padT; t1 += padT;
   const x = linear(t0, t1, m.l, W - m.r);
@@ -717,7 +735,7 @@ function fillHistory(rs, byId) {
     .map((c, i) => h("th", { class: [4, 5, 8, 9, 10].includes(i) ? "num" : "", text: c }))));
   const rows = [...rs].reverse().map((r) => {
     const w = r.waited_for[0];
-    const maxPause = Math.max(0, ...r.moved.map((mv) => mv.pause_ms));
+    const maxPause = maxOf(r.moved, (mv) => mv.pause_ms, 0);
     const gap = r.moved.reduce((sum, mv) => sum + Math.max(0, mv.commit_gap), 0);
     return h("tr", { class: `clickable${r.started_at === state.selected ? " selected" : ""}`, "data-started": r.started_at, onclick: () => select(r) },
       h("td", { title: fmtDate(r.started_at), text: fmtClock(r.started_at, true) }),
@@ -765,13 +783,13 @@ function fillOffsets(g, byId) {
   const head = h("thead", {}, h("tr", {}, ["Topic", "Partition", "Owner", "Committed", "High watermark", "Lag"]
     .map((c, i) => h("th", { class: i === 1 || i > 2 ? "num" : "", text: c }))));
   const offs = [...g.offsets].sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition);
-  const maxLag = Math.max(1, ...offs.map((o) => o.lag));
+  const maxLag = maxOf(offs, (o) => o.lag, 1);
   const rows = [];
   let topic = null, topicLag = 0, topicRows = 0;
   const subtotal = () => {
     if (topic !== null && topicRows > 1) rows.push(h("tr", { class: "subtotal" }, h("td", { class: "mono", text: topic }), h("td", { class: "num muted", text: `${topicRows} partitions` }), h("td"), h("td"), h("td"), h("td", { class: "num", text: fmtNum(topicLag) })));
   };
-  for (const o of offs) {
+  for (const o of offs.slice(0, MAX_OFFSET_ROWS)) {
     if (o.topic !== topic) { subtotal(); topic = o.topic; topicLag = 0; topicRows = 0; }
     topicRows++;
     if (o.lag > 0) topicLag += o.lag;
@@ -785,6 +803,7 @@ function fillOffsets(g, byId) {
   }
   subtotal();
   if (rows.length === 0) rows.push(h("tr", { class: "empty" }, h("td", { colspan: 6, text: "No committed offsets." })));
+  if (offs.length > MAX_OFFSET_ROWS) rows.push(h("tr", { class: "empty" }, h("td", { colspan: 6, text: `${fmtNum(offs.length - MAX_OFFSET_ROWS)} more partitions not drawn; the API has them all.` })));
   fill($("offsets"), head, h("tbody", {}, rows));
   $("lag-note").textContent = g.lag >= 0 ? `total ${fmtNum(g.lag)}` : "";
 }
