@@ -18,6 +18,21 @@ import (
 	"github.com/groupd/groupd/internal/inspect"
 )
 
+// Metrics provides the hooks the server and the coordinator call, with
+// exactly their method sets.
+var (
+	_ interface {
+		ConnectionOpened()
+		ConnectionClosed()
+		RequestHandled(key, version int16, took time.Duration, err error)
+		ConnectionRefused()
+	} = (*Metrics)(nil)
+	_ interface {
+		RebalanceEnded(r inspect.Rebalance)
+		StoreWrite(took time.Duration, records int, err error)
+	} = (*Metrics)(nil)
+)
+
 // scrape fetches /metrics as Prometheus text and parses it with the
 // client library's own parser.
 func scrape(t *testing.T, m *Metrics) map[string]*dto.MetricFamily {
