@@ -19,6 +19,7 @@ import (
 	"github.com/groupd/groupd/internal/app"
 	"github.com/groupd/groupd/internal/cli"
 	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/metrics"
 	"github.com/groupd/groupd/internal/partition"
 )
 
@@ -83,6 +84,9 @@ func serveCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "groupd listening on %s (advertised as %s), data in %s\n", a.Addr(), a.Advertised(), cfg.DataDir)
+			if h := a.HTTPAddr(); h != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "status page, admin API and metrics on http://%s/\n", h)
+			}
 			select {
 			case <-ctx.Done():
 				log.Info("shutting down")
@@ -108,6 +112,8 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&fsync, "fsync", "always", "when partition logs are fsynced: always (before a produce is acknowledged), interval (every --fsync-interval), never (left to the OS)")
 	f.DurationVar(&cfg.Log.SyncInterval, "fsync-interval", time.Second, "fsync period for --fsync=interval")
 	f.Int64Var(&cfg.Log.SegmentBytes, "segment-bytes", 256<<20, "roll a partition's segment file after this many bytes")
+	f.StringVar(&cfg.HTTPListen, "http-listen", "127.0.0.1:9644", "address of the HTTP side: Prometheus metrics at /metrics, the JSON admin API under /api/v1, the status page at /; empty disables it")
+	f.IntVar(&cfg.MetricsMaxGroups, "metrics-max-groups", metrics.DefaultMaxGroups, "most groups with their own members and lag series (the groups with the most lag); the others are summed into aggregate series; 0 gives no per-group series")
 	g := group.DefaultConfig()
 	f.DurationVar(&cfg.Group.InitialRebalanceDelay, "group-initial-rebalance-delay", g.InitialRebalanceDelay, "how long a new or empty group waits for more members before its first rebalance completes (group.initial.rebalance.delay.ms); 0 or less disables it")
 	f.DurationVar(&cfg.Group.MinSessionTimeout, "group-min-session-timeout", g.MinSessionTimeout, "smallest session timeout a member may ask for (group.min.session.timeout.ms)")

@@ -1,6 +1,6 @@
 // Package app assembles a running groupd from its configuration: it opens
-// the broker's data, binds the listener and starts the server. The command
-// and the end-to-end tests start groupd the same way through it.
+// the broker's data, binds the listeners and starts the servers. The
+// command and the end-to-end tests start groupd the same way through it.
 package app
 
 import (
@@ -13,10 +13,13 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/groupd/groupd/internal/admin"
 	"github.com/groupd/groupd/internal/api"
 	"github.com/groupd/groupd/internal/broker"
 	"github.com/groupd/groupd/internal/coordinator"
 	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/inspect"
+	"github.com/groupd/groupd/internal/metrics"
 	"github.com/groupd/groupd/internal/partition"
 	"github.com/groupd/groupd/internal/server"
 	"github.com/groupd/groupd/internal/store"
@@ -38,6 +41,13 @@ type Config struct {
 	// Kafka's defaults).
 	Group  group.Config
 	Logger *slog.Logger
+
+	// HTTPListen is where the HTTP side listens (Prometheus metrics,
+	// the JSON admin API, the status page); empty disables it.
+	HTTPListen string
+	// MetricsMaxGroups is how many groups get their own metric series;
+	// the rest are aggregated.
+	MetricsMaxGroups int
 }
 
 // ErrStopped is reported by Done after Close.
@@ -55,6 +65,9 @@ type App struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// http is nil when HTTPListen is empty.
+	http *admin.Server
 }
 
 // Start opens the data directory and starts serving. It returns once the
@@ -83,6 +96,11 @@ func Start(cfg Config) (*App, error) {
 		b.Close()
 		return nil, fmt.Errorf("opening coordinator store: %w", err)
 	}
+	// Without an HTTP side nobody reads metrics, so nothing records them.
+	var m *metrics.Metrics
+	if cfg.HTTPListen != "" {
+		m = metrics.New(metrics.Config{MaxGroups: cfg.MetricsMaxGroups})
+	}
 	coord := coordinator.New(coordinator.Config{Group: cfg.Group, Store: st, Logger: cfg.Logger})
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -105,12 +123,35 @@ func Start(cfg Config) (*App, error) {
 		Logger:          cfg.Logger,
 	})
 	a := &App{broker: b, store: st, coord: coord, srv: srv, ln: ln, adv: net.JoinHostPort(host, strconv.Itoa(int(port))), done: make(chan error, 1)}
+	if m != nil {
+		// What the admin API, the page and the group gauges read; until
+		// the coordinator provides it, the API answers 503.
+		var src inspect.Source
+		m.SetSource(src)
+		a.http, err = admin.Listen(cfg.HTTPListen, admin.Config{Source: src, Metrics: m.Handler(), Logger: cfg.Logger})
+		if err != nil {
+			ln.Close()
+			coord.Close()
+			st.Close()
+			b.Close()
+			return nil, fmt.Errorf("HTTP listener: %w", err)
+		}
+	}
 	go func() { a.done <- srv.Serve(ln) }()
 	return a, nil
 }
 
 // Addr is the address the listener is bound to.
 func (a *App) Addr() string { return a.ln.Addr().String() }
+
+// HTTPAddr is the address the HTTP side is bound to; empty when it is
+// disabled.
+func (a *App) HTTPAddr() string {
+	if a.http == nil {
+		return ""
+	}
+	return a.http.Addr()
+}
 
 // Advertised is the address Metadata gives clients.
 func (a *App) Advertised() string { return a.adv }
@@ -124,7 +165,12 @@ func (a *App) Done() <-chan error { return a.done }
 // Calling it again returns the first call's result.
 func (a *App) Close(ctx context.Context) error {
 	a.closeOnce.Do(func() {
-		err := a.srv.Shutdown(ctx)
+		// The HTTP side goes first: it reads from the coordinator.
+		var herr error
+		if a.http != nil {
+			herr = a.http.Shutdown(ctx)
+		}
+		err := errors.Join(herr, a.srv.Shutdown(ctx))
 		// The coordinator answers its parked requests before the store
 		// under it closes.
 		a.closeErr = errors.Join(err, a.coord.Close(), a.store.Close(), a.broker.Close())

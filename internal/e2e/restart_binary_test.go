@@ -93,7 +93,7 @@ func startGroupd(t *testing.T, dir, listen string, extra ...string) *groupdProc 
 	t.Helper()
 	p := &groupdProc{stderr: &lockedBuffer{}, exited: make(chan struct{})}
 	args := append([]string{"--listen", listen, "--data-dir", dir,
-		"--log-level", "warn", "--group-initial-rebalance-delay", "100ms"}, extra...)
+		"--log-level", "warn", "--group-initial-rebalance-delay", "100ms", "--http-listen", "127.0.0.1:0"}, extra...)
 	p.cmd = exec.Command(groupdBinary(t), args...)
 	p.cmd.Stderr = p.stderr
 	stdout, err := p.cmd.StdoutPipe()
