@@ -286,6 +286,9 @@ func (l *Log) checkpointLocked() error {
 // fsynced.
 func (l *Log) RecoveryPoint() int64 { return l.synced.Load() }
 
+// SyncDir fsyncs a directory, making the entries created in it durable.
+func SyncDir(dir string) error { return syncDir(dir) }
+
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {

@@ -197,9 +197,9 @@ func (r *recovery) segment(i int) error {
 	s.stats, s.entries = res.stats, res.entries
 	if res.bad != "" {
 		if !last || res.stats.next < r.cp.recoveryPoint {
-			reason := res.bad + " (below the recovery point " + fmt.Sprint(r.cp.recoveryPoint) + ")"
+			reason := fmt.Sprintf("%s; this is below the recovery point %d, so it is damage, not a torn write", res.bad, r.cp.recoveryPoint)
 			if !last {
-				reason = res.bad + " in a segment that is not the last one"
+				reason = res.bad + "; a segment is fsynced whole before the next one starts, so this is damage, not a torn write"
 			}
 			if err := r.damage(&DamageError{File: path, Offset: res.stats.next, Position: res.stats.size, Reason: reason}); err != nil {
 				s.close()
