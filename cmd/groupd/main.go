@@ -39,6 +39,7 @@ func rootCmd() *cobra.Command {
 	}
 	root.Flags().AddFlagSet(serve.Flags())
 	root.AddCommand(serve)
+	root.AddCommand(recoverCmd())
 	return root
 }
 
@@ -107,6 +108,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&fsync, "fsync", "always", "when partition logs are fsynced: always (before a produce is acknowledged), interval (every --fsync-interval), never (left to the OS)")
 	f.DurationVar(&cfg.Log.SyncInterval, "fsync-interval", time.Second, "fsync period for --fsync=interval")
 	f.Int64Var(&cfg.Log.SegmentBytes, "segment-bytes", 256<<20, "roll a partition's segment file after this many bytes")
+	f.BoolVar(&cfg.QuarantineDamagedSegments, "quarantine-damaged-segments", false, "on start, move partition segments found damaged below their recovery point to quarantine/ in the data directory and serve the rest, instead of refusing to start")
 	g := group.DefaultConfig()
 	f.DurationVar(&cfg.Group.InitialRebalanceDelay, "group-initial-rebalance-delay", g.InitialRebalanceDelay, "how long a new or empty group waits for more members before its first rebalance completes (group.initial.rebalance.delay.ms); 0 or less disables it")
 	f.DurationVar(&cfg.Group.MinSessionTimeout, "group-min-session-timeout", g.MinSessionTimeout, "smallest session timeout a member may ask for (group.min.session.timeout.ms)")
