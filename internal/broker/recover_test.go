@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/groupd/groupd/internal/partition/partitiontest"
 )
 
 // TestRecoverRebuildsMetadata: after meta.json is lost, Recover brings
@@ -17,13 +19,13 @@ func TestRecoverRebuildsMetadata(t *testing.T) {
 	a, bt, cluster := withData(t, dir)
 	before := readMetaT(t, dir)
 	os.Remove(filepath.Join(dir, metaName))
-	logsBefore := tree(t, filepath.Join(dir, "logs"))
+	logsBefore := partitiontest.Snapshot(t, filepath.Join(dir, "logs"))
 
 	var out bytes.Buffer
 	if err := Recover(RecoverOptions{DataDir: dir, Out: &out}); err != nil {
 		t.Fatalf("recover: %v\n%s", err, out.String())
 	}
-	sameTree(t, logsBefore, tree(t, filepath.Join(dir, "logs")))
+	partitiontest.Same(t, "after recover", logsBefore, partitiontest.Snapshot(t, filepath.Join(dir, "logs")))
 	for _, want := range []string{`topic "a", 2 partitions`, `topic "b", 1 partitions`, "highest producer id 42", cluster} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report does not say %q:\n%s", want, out.String())

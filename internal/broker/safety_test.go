@@ -2,14 +2,15 @@ package broker
 
 import (
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/groupd/groupd/internal/batch/batchtest"
 	"github.com/groupd/groupd/internal/partition"
+	"github.com/groupd/groupd/internal/partition/partitiontest"
 )
 
 func readMetaT(t *testing.T, dir string) metaFile {
@@ -19,45 +20,6 @@ func readMetaT(t *testing.T, dir string) metaFile {
 		t.Fatalf("meta.json: %v %v", ok, err)
 	}
 	return m
-}
-
-// tree maps every file under dir to its size, and every directory to -1.
-func tree(t *testing.T, dir string) map[string]int64 {
-	t.Helper()
-	out := map[string]int64{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		size := int64(-1)
-		if !d.IsDir() {
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			size = fi.Size()
-		}
-		out[strings.TrimPrefix(p, dir)] = size
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func sameTree(t *testing.T, before, after map[string]int64) {
-	t.Helper()
-	for p, n := range before {
-		if m, ok := after[p]; !ok || m != n {
-			t.Errorf("%s: %d bytes before, %d (present %v) after", p, n, m, ok)
-		}
-	}
-	for p := range after {
-		if _, ok := before[p]; !ok {
-			t.Errorf("%s appeared", p)
-		}
-	}
 }
 
 // withData creates topics a (2 partitions, with records from producer 42)
@@ -98,12 +60,12 @@ func TestMissingMetadataRefused(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, metaName)); err != nil {
 		t.Fatal(err)
 	}
-	before := tree(t, dir)
+	before := partitiontest.Snapshot(t, dir)
 	_, err := Open(Config{DataDir: dir})
 	if !errors.Is(err, ErrMetadata) || !strings.Contains(err.Error(), filepath.Join(dir, metaName)) || !strings.Contains(err.Error(), "groupd recover --data-dir "+dir) {
 		t.Fatalf("open without meta.json: %v", err)
 	}
-	sameTree(t, before, tree(t, dir))
+	partitiontest.Same(t, "after the refused start", before, partitiontest.Snapshot(t, dir))
 
 	fresh := t.TempDir()
 	b := open(t, fresh)
@@ -126,14 +88,14 @@ func TestUnreadableMetadataRefused(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			os.WriteFile(filepath.Join(dir, metaName), []byte(content), 0o644)
-			before := tree(t, dir)
+			before := partitiontest.Snapshot(t, dir)
 			_, err := Open(Config{DataDir: dir})
 			if !errors.Is(err, ErrMetadata) || !strings.Contains(err.Error(), "groupd recover") {
 				t.Fatalf("open: %v", err)
 			}
-			after := tree(t, dir)
+			after := partitiontest.Snapshot(t, dir)
 			delete(after, "/logs") // Open makes the logs directory first
-			sameTree(t, before, after)
+			partitiontest.Same(t, "after the refused start", before, after)
 		})
 	}
 }
@@ -163,13 +125,13 @@ func TestUnknownDirRefused(t *testing.T) {
 			dir := t.TempDir()
 			a, _, _ := withData(t, dir)
 			path := mk(dir, a)
-			before := tree(t, dir)
+			before := partitiontest.Snapshot(t, dir)
 			_, err := Open(Config{DataDir: dir})
 			var u *UnknownDirError
 			if !errors.As(err, &u) || u.Path != path {
 				t.Fatalf("open: %v, want an unknown directory error for %s", err, path)
 			}
-			sameTree(t, before, tree(t, dir))
+			partitiontest.Same(t, "after the refused start", before, partitiontest.Snapshot(t, dir))
 		})
 	}
 }
@@ -333,5 +295,32 @@ func TestQuarantineThroughBroker(t *testing.T) {
 	q, _ := b.Topic("q")
 	if q.Partition(0).HighWatermark() != end {
 		t.Fatalf("log end %d after quarantine, want %d", q.Partition(0).HighWatermark(), end)
+	}
+}
+
+// TestCheckpointLogs: the periodic checkpoint records each partition's
+// recovery point as its fsyncs moved it.
+func TestCheckpointLogs(t *testing.T) {
+	dir := t.TempDir()
+	b, err := Open(Config{DataDir: dir, Log: partition.Options{Sync: partition.SyncAlways}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	tp, err := b.CreateTopic("c", 2, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tp.Partition(1).Append([][]byte{batchtest.Build(batchtest.NonIdempotent(1, batchtest.Values("a", "b", "c")...))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CheckpointLogs(); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range []int64{0, 3} {
+		sv, err := partition.SurveyDir(filepath.Join(dir, "logs", tp.ID.String(), strconv.Itoa(p)))
+		if err != nil || sv.RecoveryPoint != want {
+			t.Fatalf("partition %d: recovery point %d (%v), want %d", p, sv.RecoveryPoint, err, want)
+		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,48 +17,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/groupd/groupd/internal/partition/partitiontest"
 )
-
-// fileSizes maps every file under dir to its size (directories to -1).
-func fileSizes(t *testing.T, dir string) map[string]int64 {
-	t.Helper()
-	out := map[string]int64{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		size := int64(-1)
-		if !d.IsDir() {
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			size = fi.Size()
-		}
-		out[strings.TrimPrefix(p, dir)] = size
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func sameFileSizes(t *testing.T, what string, before, after map[string]int64) {
-	t.Helper()
-	for p, n := range before {
-		if m, ok := after[p]; !ok {
-			t.Errorf("%s: %s was removed", what, p)
-		} else if m != n {
-			t.Errorf("%s: %s is %d bytes, was %d", what, p, m, n)
-		}
-	}
-	for p := range after {
-		if _, ok := before[p]; !ok {
-			t.Errorf("%s: %s appeared", what, p)
-		}
-	}
-}
 
 // runGroupd runs the binary to completion and returns its exit error and
 // combined output.
@@ -132,7 +92,7 @@ func TestBinaryMissingMetadataRecover(t *testing.T) {
 	p.stop(t)
 
 	logs := filepath.Join(dir, "logs")
-	before := fileSizes(t, logs)
+	before := partitiontest.Snapshot(t, logs)
 	if err := os.Remove(filepath.Join(dir, "meta.json")); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +102,7 @@ func TestBinaryMissingMetadataRecover(t *testing.T) {
 			t.Errorf("refusal does not name %q:\n%s", want, out)
 		}
 	}
-	sameFileSizes(t, "after the refused start", before, fileSizes(t, logs))
+	partitiontest.Same(t, "after the refused start", before, partitiontest.Snapshot(t, logs))
 
 	out, err := runGroupd(t, "recover", "--data-dir", dir)
 	if err != nil {
@@ -154,7 +114,7 @@ func TestBinaryMissingMetadataRecover(t *testing.T) {
 			t.Errorf("recover report does not say %q", want)
 		}
 	}
-	sameFileSizes(t, "after recover", before, fileSizes(t, logs))
+	partitiontest.Same(t, "after recover", before, partitiontest.Snapshot(t, logs))
 
 	p = startGroupd(t, dir, "127.0.0.1:0")
 	got := consumeAll(t, p.addr, "safe", n)
@@ -238,7 +198,7 @@ func TestBinaryDamagedSegmentQuarantine(t *testing.T) {
 	if err := os.WriteFile(damaged, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	before := fileSizes(t, dir)
+	before := partitiontest.Snapshot(t, dir)
 
 	out := refusesToStart(t, dir, seg...)
 	t.Logf("refused start with %d segments:\n%s", len(segs), out)
@@ -247,7 +207,7 @@ func TestBinaryDamagedSegmentQuarantine(t *testing.T) {
 			t.Errorf("refusal does not say %q:\n%s", want, out)
 		}
 	}
-	sameFileSizes(t, "after the refused start", before, fileSizes(t, dir))
+	partitiontest.Same(t, "after the refused start", before, partitiontest.Snapshot(t, dir))
 
 	p = startGroupd(t, dir, "127.0.0.1:0", append(seg, "--quarantine-damaged-segments")...)
 	if _, err := os.Stat(damaged); !os.IsNotExist(err) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/groupd/groupd/internal/batch"
 	"github.com/groupd/groupd/internal/batch/batchtest"
+	"github.com/groupd/groupd/internal/partition/partitiontest"
 )
 
 func openT(t testing.TB, dir string, opts Options) *Log {
@@ -717,13 +718,13 @@ func FuzzRecover(f *testing.F) {
 		}
 		dir := t.TempDir()
 		write(dir)
-		before := dirContents(t, dir)
+		before := partitiontest.Snapshot(t, dir)
 		l, err := Open(dir, Options{Sync: SyncNever})
 		if err != nil {
 			if !errors.Is(err, ErrDamaged) {
 				t.Fatalf("open: %v", err)
 			}
-			sameContents(t, before, dirContents(t, dir))
+			partitiontest.Same(t, "after the refused open", before, partitiontest.Snapshot(t, dir))
 		} else {
 			defer l.Close()
 			got := readAllEpoch(t, l, false, recoveryPoint) // checks CRCs and contiguity

@@ -4,48 +4,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/groupd/groupd/internal/batch"
+	"github.com/groupd/groupd/internal/partition/partitiontest"
 )
-
-// dirContents maps every file under dir to its bytes.
-func dirContents(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		out[strings.TrimPrefix(p, dir)] = string(b)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func sameContents(t *testing.T, before, after map[string]string) {
-	t.Helper()
-	for name, b := range before {
-		if a, ok := after[name]; !ok {
-			t.Errorf("%s was removed", name)
-		} else if a != b {
-			t.Errorf("%s changed (%d bytes, was %d)", name, len(a), len(b))
-		}
-	}
-	for name := range after {
-		if _, ok := before[name]; !ok {
-			t.Errorf("%s appeared", name)
-		}
-	}
-}
 
 // multiSegment writes n two-record batches into small segments and closes
 // the log cleanly; it returns the segment files, ascending.
@@ -145,10 +111,10 @@ func TestDamageBelowRecoveryPointRefused(t *testing.T) {
 			dir := t.TempDir()
 			logs := multiSegment(t, dir, 12)
 			file, off := c.damage(t, logs)
-			before := dirContents(t, dir)
+			before := partitiontest.Snapshot(t, dir)
 			_, err := Open(dir, Options{SegmentBytes: 300})
 			wantDamage(t, err, file, off)
-			sameContents(t, before, dirContents(t, dir))
+			partitiontest.Same(t, "after the refused open", before, partitiontest.Snapshot(t, dir))
 		})
 	}
 }
@@ -185,11 +151,11 @@ func TestTornTailAboveRecoveryPoint(t *testing.T) {
 			data[len(data)-3] ^= 0xFF
 		}
 		os.WriteFile(path, data, 0o644)
-		before := dirContents(t, dir)
+		before := partitiontest.Snapshot(t, dir)
 		l2, err := Open(dir, Options{})
 		if below {
 			wantDamage(t, err, path, 2)
-			sameContents(t, before, dirContents(t, dir))
+			partitiontest.Same(t, "after the refused open", before, partitiontest.Snapshot(t, dir))
 			continue
 		}
 		if err != nil {
