@@ -1,11 +1,9 @@
 package partition
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -314,7 +312,7 @@ func (r *recovery) finish() error {
 				}
 				return err
 			}
-			l.log.Log(context.Background(), slog.LevelError, "moved damaged segment to the quarantine", "from", src, "to", dst)
+			l.log.Error("moved damaged segment to the quarantine", "from", src, "to", dst)
 		}
 	}
 	return errors.Join(syncDir(l.dir), syncDir(qdir))
