@@ -323,7 +323,7 @@ func (b *Broker) openPartitions(t *Topic, n int32) error {
 				l.Close()
 			}
 			if errors.Is(err, partition.ErrDamaged) {
-				return fmt.Errorf("open %s-%d: %w; nothing was changed. To move the damaged segment to %s and serve the rest, start with --quarantine-damaged-segments", t.Name, p, err, filepath.Join(b.cfg.DataDir, quarantineName))
+				return fmt.Errorf("open %s-%d: %w; nothing was changed. To move the damaged file to %s and serve the rest, start with --quarantine-damaged-segments", t.Name, p, err, filepath.Join(b.cfg.DataDir, quarantineName))
 			}
 			return fmt.Errorf("open %s-%d: %w", t.Name, p, err)
 		}

@@ -103,6 +103,16 @@ func (l *Log) recover() error {
 		return err
 	}
 	cp, haveCP, err := readCheckpoint(l.dir)
+	var bad *DamageError
+	if errors.As(err, &bad) && l.opts.QuarantineDir != "" {
+		// Set aside like a damaged segment; the log is then checked as
+		// one without a checkpoint, its last segment CRC-checked whole.
+		if err := quarantineFile(l.opts.QuarantineDir, bad.File); err != nil {
+			return err
+		}
+		l.log.Error("moved an unreadable recovery checkpoint to the quarantine", "file", bad.File, "reason", bad.Reason)
+		haveCP, err = false, nil
+	}
 	if err != nil {
 		return err
 	}
@@ -298,24 +308,31 @@ func (r *recovery) finish() error {
 	if len(r.moves) == 0 {
 		return nil
 	}
-	qdir := l.opts.QuarantineDir
-	if err := os.MkdirAll(qdir, 0o755); err != nil {
-		return err
-	}
 	for _, base := range r.moves {
 		for _, suf := range []string{logSuffix, indexSuffix} {
 			src := segmentName(l.dir, base, suf)
-			dst := freeName(filepath.Join(qdir, filepath.Base(src)))
-			if err := os.Rename(src, dst); err != nil {
-				if errors.Is(err, os.ErrNotExist) && suf == indexSuffix {
-					continue
-				}
+			err := quarantineFile(l.opts.QuarantineDir, src)
+			if errors.Is(err, os.ErrNotExist) && suf == indexSuffix {
+				continue
+			}
+			if err != nil {
 				return err
 			}
-			l.log.Error("moved damaged segment to the quarantine", "from", src, "to", dst)
+			l.log.Error("moved damaged segment to the quarantine", "file", src, "quarantine", l.opts.QuarantineDir)
 		}
 	}
-	return errors.Join(syncDir(l.dir), syncDir(qdir))
+	return nil
+}
+
+// quarantineFile moves path into qdir (under a free name) durably.
+func quarantineFile(qdir, path string) error {
+	if err := os.MkdirAll(qdir, 0o755); err != nil {
+		return err
+	}
+	if err := os.Rename(path, freeName(filepath.Join(qdir, filepath.Base(path)))); err != nil {
+		return err
+	}
+	return errors.Join(syncDir(filepath.Dir(path)), syncDir(qdir))
 }
 
 // segmentEnd returns one past the highest offset a segment that is set

@@ -411,6 +411,21 @@ func TestUnreadableCheckpointRefused(t *testing.T) {
 	os.WriteFile(path, raw, 0o644)
 	_, err := Open(dir, Options{})
 	wantDamage(t, err, path, -1)
+
+	// With a quarantine it is moved aside and the log is checked as one
+	// without a checkpoint.
+	qdir := filepath.Join(t.TempDir(), "q")
+	l2, err := Open(dir, Options{QuarantineDir: qdir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	if kept, err := os.ReadFile(filepath.Join(qdir, checkpointName)); err != nil || !bytes.Equal(kept, raw) {
+		t.Fatalf("unreadable checkpoint not kept in the quarantine: %v", err)
+	}
+	if n := len(readAll(t, l2)); n != 1 {
+		t.Fatalf("%d batches after setting the checkpoint aside", n)
+	}
 }
 
 func TestCheckpointEncoding(t *testing.T) {
