@@ -41,6 +41,7 @@ func rootCmd() *cobra.Command {
 	root.Flags().AddFlagSet(serve.Flags())
 	root.AddCommand(serve)
 	root.AddCommand(cli.GroupsCmd(), cli.TopicsCmd())
+	root.AddCommand(recoverCmd())
 	return root
 }
 
@@ -114,6 +115,7 @@ func serveCmd() *cobra.Command {
 	f.Int64Var(&cfg.Log.SegmentBytes, "segment-bytes", 256<<20, "roll a partition's segment file after this many bytes")
 	f.StringVar(&cfg.HTTPListen, "http-listen", "127.0.0.1:9644", "address of the HTTP side: Prometheus metrics at /metrics, the JSON admin API under /api/v1, the status page at /; empty disables it")
 	f.IntVar(&cfg.MetricsMaxGroups, "metrics-max-groups", metrics.DefaultMaxGroups, "most groups with their own members and lag series (the groups with the most lag); the others are summed into aggregate series; 0 gives no per-group series")
+	f.BoolVar(&cfg.QuarantineDamagedSegments, "quarantine-damaged-segments", false, "on start, move partition segments found damaged below their recovery point to quarantine/ in the data directory and serve the rest, instead of refusing to start")
 	g := group.DefaultConfig()
 	f.DurationVar(&cfg.Group.InitialRebalanceDelay, "group-initial-rebalance-delay", g.InitialRebalanceDelay, "how long a new or empty group waits for more members before its first rebalance completes (group.initial.rebalance.delay.ms); 0 or less disables it")
 	f.DurationVar(&cfg.Group.MinSessionTimeout, "group-min-session-timeout", g.MinSessionTimeout, "smallest session timeout a member may ask for (group.min.session.timeout.ms)")

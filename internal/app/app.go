@@ -37,6 +37,9 @@ type Config struct {
 	DefaultPartitions int32
 	MaxRequestBytes   int32
 	Log               partition.Options
+	// QuarantineDamagedSegments sets damaged partition segments aside on
+	// start instead of refusing to start (see broker.Config).
+	QuarantineDamagedSegments bool
 	// Group configures the classic group protocol (zero fields take
 	// Kafka's defaults).
 	Group  group.Config
@@ -82,6 +85,8 @@ func Start(cfg Config) (*App, error) {
 		DefaultPartitions: cfg.DefaultPartitions,
 		Log:               cfg.Log,
 		Logger:            cfg.Logger,
+
+		QuarantineDamagedSegments: cfg.QuarantineDamagedSegments,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening data directory %s: %w", cfg.DataDir, err)
