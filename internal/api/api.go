@@ -109,5 +109,6 @@ func (h *Handler) Handle(ctx context.Context, r *server.Request) (kmsg.Response,
 	if !ok {
 		return nil, fmt.Errorf("unsupported api key %d", r.Header.Key)
 	}
+	injectFault(r)
 	return e.fn(h, ctx, r)
 }
