@@ -88,7 +88,6 @@ type fakeConn struct {
 	closed                      bool
 	readDeadline, writeDeadline time.Time
 	readBlocked, writeBlocked   bool
-	deadlineSets                int // calls to SetReadDeadline
 }
 
 func (c *fakeConn) past(dl time.Time) bool { return !dl.IsZero() && !c.net.now.Before(dl) }
@@ -160,29 +159,23 @@ func (c *fakeConn) Write(p []byte) (int, error) {
 	return written, nil
 }
 
-func (c *fakeConn) Close() error {
+// change makes a change under the lock and wakes every waiter.
+func (c *fakeConn) change(f func()) error {
 	c.net.mu.Lock()
-	c.closed = true
+	defer c.net.mu.Unlock()
+	f()
 	c.net.cond.Broadcast()
-	c.net.mu.Unlock()
 	return nil
 }
 
+func (c *fakeConn) Close() error { return c.change(func() { c.closed = true }) }
+
 func (c *fakeConn) SetReadDeadline(t time.Time) error {
-	c.net.mu.Lock()
-	c.readDeadline = t
-	c.deadlineSets++
-	c.net.cond.Broadcast()
-	c.net.mu.Unlock()
-	return nil
+	return c.change(func() { c.readDeadline = t })
 }
 
 func (c *fakeConn) SetWriteDeadline(t time.Time) error {
-	c.net.mu.Lock()
-	c.writeDeadline = t
-	c.net.cond.Broadcast()
-	c.net.mu.Unlock()
-	return nil
+	return c.change(func() { c.writeDeadline = t })
 }
 
 func (c *fakeConn) SetDeadline(t time.Time) error {

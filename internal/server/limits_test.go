@@ -53,10 +53,18 @@ func (h *testHandler) Handle(ctx context.Context, r *Request) (kmsg.Response, er
 	h.net.mu.Unlock()
 	resp := kmsg.NewPtrApiVersionsResponse()
 	switch r.Header.ClientID {
-	case "park": // a JoinGroup waiting for its group
-		return &testWaiter{Response: resp, wait: func() { <-h.release }}, nil
+	case "park": // a JoinGroup waiting for its group, or for shutdown
+		return &testWaiter{Response: resp, wait: func() {
+			select {
+			case <-h.release:
+			case <-ctx.Done():
+			}
+		}}, nil
 	case "block": // a long-polling fetch
-		<-h.unblock
+		select {
+		case <-h.unblock:
+		case <-ctx.Done():
+		}
 	case "panic":
 		var m map[string]int
 		m["handler bug"]++
@@ -203,6 +211,21 @@ func expectReply(t *testing.T, c *fakeConn, corr int32) {
 	}
 }
 
+// expectCloseAfter moves the clock by open and checks that the server
+// still waits on the connection, then by the rest of the timeout and
+// checks that it closed the connection.
+func (e *testEnv) expectCloseAfter(s, c *fakeConn, open, rest time.Duration) {
+	e.t.Helper()
+	e.net.advance(open)
+	s.waitReading()
+	if s.isClosed() {
+		e.t.Fatalf("closed %v before its time", rest)
+	}
+	e.net.advance(rest)
+	s.waitClosed()
+	expectEOF(e.t, c)
+}
+
 // expectEOF checks that the server closed the connection.
 func expectEOF(t *testing.T, c *fakeConn) {
 	t.Helper()
@@ -301,14 +324,7 @@ func TestIdleConnectionIsClosed(t *testing.T) {
 	expectReply(t, c, 1)
 	// Idle time counts from the last request, not from the connect.
 	s.waitReading()
-	e.net.advance(9 * time.Minute)
-	s.waitReading()
-	if s.isClosed() {
-		t.Fatal("closed 9 minutes after its last request")
-	}
-	e.net.advance(time.Minute)
-	s.waitClosed()
-	expectEOF(t, c)
+	e.expectCloseAfter(s, c, 9*time.Minute, time.Minute)
 	if l := e.logs.lines("closing idle connection"); len(l) != 1 {
 		t.Fatalf("idle close log lines: %q", l)
 	}
@@ -336,14 +352,7 @@ func TestParkedRequestIsNotIdle(t *testing.T) {
 	s.waitReading()
 	e.net.advance(5 * time.Minute)
 	s.waitReading()
-	e.net.advance(4 * time.Minute)
-	s.waitReading()
-	if s.isClosed() {
-		t.Fatal("closed 9 minutes after its reply")
-	}
-	e.net.advance(time.Minute)
-	s.waitClosed()
-	expectEOF(t, c)
+	e.expectCloseAfter(s, c, 4*time.Minute, time.Minute)
 }
 
 func TestLongPollIsNotIdle(t *testing.T) {
@@ -377,14 +386,7 @@ func TestStalledFrameIsClosed(t *testing.T) {
 	f = request(2, "ok")
 	c.send(f[:6])
 	s.waitReading()
-	e.net.advance(59 * time.Second)
-	s.waitReading()
-	if s.isClosed() {
-		t.Fatal("closed before the frame timeout")
-	}
-	e.net.advance(time.Second)
-	s.waitClosed()
-	expectEOF(t, c)
+	e.expectCloseAfter(s, c, 59*time.Second, time.Second)
 	if l := e.logs.lines("request frame not received in time"); len(l) != 1 {
 		t.Fatalf("frame timeout log lines: %q", l)
 	}
