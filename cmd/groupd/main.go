@@ -67,6 +67,9 @@ func serveCmd() *cobra.Command {
 				return fmt.Errorf("--fsync: %w", err)
 			}
 			cfg.Log.Sync = pol
+			if cfg.ConnectionsMaxIdle <= 0 {
+				cfg.ConnectionsMaxIdle = -1 // never close idle connections
+			}
 			if cfg.Group.InitialRebalanceDelay <= 0 {
 				cfg.Group.InitialRebalanceDelay = -1 // the machine's "no delay"
 			}
@@ -110,6 +113,9 @@ func serveCmd() *cobra.Command {
 	f.Int32Var(&cfg.DefaultPartitions, "default-partitions", 1, "partition count of auto-created topics and of CreateTopics without a count")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.Int32Var(&cfg.MaxRequestBytes, "max-request-bytes", 100<<20, "largest request frame accepted; larger frames close the connection")
+	f.IntVar(&cfg.MaxConnections, "max-connections", 0, "most open client connections; one more is closed as soon as it is accepted (0: three quarters of the open-file limit)")
+	f.DurationVar(&cfg.ConnectionsMaxIdle, "connections-max-idle", 10*time.Minute, "close a connection that has had nothing in flight for this long (connections.max.idle.ms); 0 never")
+	f.Int32Var(&cfg.FetchMaxBytes, "fetch-max-bytes", 55<<20, "most record bytes in one fetch reply, whatever the request asks (fetch.max.bytes); a larger first batch is still returned whole")
 	f.StringVar(&fsync, "fsync", "always", "when partition logs are fsynced: always (before a produce is acknowledged), interval (every --fsync-interval), never (left to the OS)")
 	f.DurationVar(&cfg.Log.SyncInterval, "fsync-interval", time.Second, "fsync period for --fsync=interval")
 	f.Int64Var(&cfg.Log.SegmentBytes, "segment-bytes", 256<<20, "roll a partition's segment file after this many bytes")

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/groupd/groupd/internal/admin"
 	"github.com/groupd/groupd/internal/api"
@@ -36,7 +37,16 @@ type Config struct {
 	AutoCreateTopics  bool
 	DefaultPartitions int32
 	MaxRequestBytes   int32
-	Log               partition.Options
+	// MaxConnections bounds open client connections; 0 derives it from
+	// the open-file limit (maxConnectionsFor).
+	MaxConnections int
+	// ConnectionsMaxIdle closes a connection with nothing in flight after
+	// that long; 0 is Kafka's 10 minutes, negative never.
+	ConnectionsMaxIdle time.Duration
+	// FetchMaxBytes caps the record data of one fetch reply; 0 is Kafka's
+	// 55 MiB.
+	FetchMaxBytes int32
+	Log           partition.Options
 	// QuarantineDamagedSegments sets damaged partition segments aside on
 	// start instead of refusing to start (see broker.Config).
 	QuarantineDamagedSegments bool
@@ -79,6 +89,7 @@ func Start(cfg Config) (*App, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.MaxConnections = checkOpenFileLimit(cfg.Logger, cfg.MaxConnections)
 	b, err := broker.Open(broker.Config{
 		DataDir:           cfg.DataDir,
 		AutoCreateTopics:  cfg.AutoCreateTopics,
@@ -124,7 +135,9 @@ func Start(cfg Config) (*App, error) {
 	}
 	srv := server.New(server.Config{
 		MaxRequestBytes: cfg.MaxRequestBytes,
-		Handler:         api.New(b, coord, host, port, cfg.Logger),
+		MaxConnections:  cfg.MaxConnections,
+		IdleTimeout:     cfg.ConnectionsMaxIdle,
+		Handler:         api.New(b, coord, host, port, cfg.Logger, api.FetchMaxBytes(cfg.FetchMaxBytes)),
 		Logger:          cfg.Logger,
 	})
 	a := &App{broker: b, store: st, coord: coord, srv: srv, ln: ln, adv: net.JoinHostPort(host, strconv.Itoa(int(port))), done: make(chan error, 1)}
@@ -181,4 +194,38 @@ func (a *App) Close(ctx context.Context) error {
 		a.closeErr = errors.Join(err, a.coord.Close(), a.store.Close(), a.broker.Close())
 	})
 	return a.closeErr
+}
+
+// checkOpenFileLimit raises the soft open-file limit to the hard limit,
+// logs both, and returns the connection cap: maxConns, or if that is 0 the
+// default for the limit.
+func checkOpenFileLimit(log *slog.Logger, maxConns int) int {
+	soft, hard, before, err := raiseOpenFileLimit()
+	if err != nil {
+		log.Warn("could not raise the open-file limit", "err", err, "soft", soft, "hard", hard)
+	}
+	if maxConns <= 0 {
+		maxConns = maxConnectionsFor(soft)
+	}
+	attrs := []any{"soft", soft, "hard", hard, "max_connections", maxConns}
+	if before != soft {
+		attrs = append(attrs, "raised_from", before)
+	}
+	log.Info("open-file limit", attrs...)
+	if soft > 0 && uint64(maxConns) >= soft {
+		log.Warn("max-connections is not below the open-file limit: accepts will fail (and be retried) before the cap is reached",
+			"max_connections", maxConns, "open_file_limit", soft)
+	}
+	return maxConns
+}
+
+// maxConnectionsFor is the default connection cap under an open-file limit:
+// three quarters of it, so that connections alone cannot take the
+// descriptors that partition segments and the coordinator store need. An
+// unknown or unlimited limit gives server.DefaultMaxConnections.
+func maxConnectionsFor(openFileLimit uint64) int {
+	if openFileLimit == 0 || openFileLimit >= 1<<31 {
+		return server.DefaultMaxConnections
+	}
+	return max(int(openFileLimit/4*3), 1)
 }
