@@ -133,7 +133,12 @@ func Start(cfg Config) (*App, error) {
 			host = "127.0.0.1"
 		}
 	}
+	var obs server.Observer
+	if m != nil {
+		obs = m
+	}
 	srv := server.New(server.Config{
+		Observer:        obs,
 		MaxRequestBytes: cfg.MaxRequestBytes,
 		MaxConnections:  cfg.MaxConnections,
 		IdleTimeout:     cfg.ConnectionsMaxIdle,
