@@ -27,7 +27,7 @@ func (m *Machine) dump(name func(TopicID) string) string {
 		}
 		owners := make([]string, 0, len(g.owners))
 		for k, o := range g.owners {
-			owners = append(owners, fmt.Sprintf("%s-%d=%s@%d", name(k.id), k.p, o.member, o.epoch))
+			owners = append(owners, fmt.Sprintf("%s-%d=%s", name(k.id), k.p, o))
 		}
 		slices.Sort(owners)
 		fmt.Fprintf(&b, "  owners %v\n", owners)
@@ -121,8 +121,8 @@ func (m *Machine) checkInvariants() error {
 						err = fmt.Errorf("group %s: %s-%d held by %s and %s", id, tid, p, other, mem.id)
 					}
 					seen[k] = mem.id
-					if o := g.owners[k]; (o.member != mem.id || o.epoch != mem.epoch) && err == nil {
-						err = fmt.Errorf("group %s: index has %s-%d at %v, member %s epoch %d holds it", id, tid, p, o, mem.id, mem.epoch)
+					if o := g.owners[k]; o != mem.id && err == nil {
+						err = fmt.Errorf("group %s: index has %s-%d at %q, member %s holds it", id, tid, p, o, mem.id)
 					}
 				})
 			}

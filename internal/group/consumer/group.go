@@ -85,14 +85,6 @@ type tp struct {
 	p  int32
 }
 
-// owner is who holds a partition (assigned or pending revocation) and at
-// which member epoch; Kafka keeps only the epoch, the member id serves the
-// rebalance record.
-type owner struct {
-	member string
-	epoch  int32
-}
-
 // memberMeta is what a MemberMetadata record holds.
 type memberMeta struct {
 	instanceID       string // "" for a dynamic member
@@ -153,7 +145,11 @@ type group struct {
 	members         map[string]*member
 	static          map[string]string // instance id -> member id
 	target          map[string]partSet
-	owners          map[tp]owner
+	// owners maps every partition some member holds (assigned or pending
+	// revocation) to that member. Kafka keeps the holder's epoch instead;
+	// the holder's id also serves the rebalance record, and its epoch is
+	// on the member, so an epoch bump rewrites no entry here.
+	owners map[tp]string
 
 	names     map[string]int // topic -> members subscribing by name
 	regexes   map[string]*regexSub
@@ -175,7 +171,7 @@ func newGroup(id string) *group {
 		members:   map[string]*member{},
 		static:    map[string]string{},
 		target:    map[string]partSet{},
-		owners:    map[tp]owner{},
+		owners:    map[tp]string{},
 		names:     map[string]int{},
 		regexes:   map[string]*regexSub{},
 		assignors: map[string]int{},
@@ -317,8 +313,14 @@ func (g *group) dropIfGone(mem *member) {
 }
 
 // setMeta replaces a member's metadata (nil: the record was deleted) and
-// keeps the group's subscription counts in step.
-func (m *Machine) setMeta(g *group, mem *member, meta *memberMeta) {
+// keeps the group's subscription counts in step. It refuses an instance id
+// another member holds: two incarnations of one static member at once.
+func (m *Machine) setMeta(g *group, mem *member, meta *memberMeta) error {
+	if meta != nil && meta.instanceID != "" {
+		if other, ok := g.static[meta.instanceID]; ok && other != mem.id {
+			return fmt.Errorf("instance id %q given to %s while %s holds it", meta.instanceID, mem.id, other)
+		}
+	}
 	old := &mem.meta
 	if mem.hasMeta {
 		for _, n := range old.names {
@@ -345,7 +347,7 @@ func (m *Machine) setMeta(g *group, mem *member, meta *memberMeta) {
 	if meta == nil {
 		mem.hasMeta = false
 		mem.meta = memberMeta{rebalanceTimeout: -1}
-		return
+		return nil
 	}
 	mem.meta, mem.hasMeta = *meta, true
 	for _, n := range meta.names {
@@ -369,36 +371,52 @@ func (m *Machine) setMeta(g *group, mem *member, meta *memberMeta) {
 	if meta.instanceID != "" {
 		g.static[meta.instanceID] = mem.id
 	}
+	return nil
 }
 
 // setCurrent replaces a member's current assignment and the partition
-// ownership index. It refuses a partition another member still holds: that
-// would be two owners at once.
+// ownership index. It refuses a partition another member still holds (two
+// owners at once) and a partition both assigned and pending revocation:
+// the machine never writes either, so only damaged records can.
 func (m *Machine) setCurrent(g *group, mem *member, epoch, prev int32, state MemberState, assigned, pending partSet) error {
-	for _, s := range []partSet{assigned, pending} {
-		var err error
-		s.each(func(id TopicID, p, _ int32) {
-			if o, ok := g.owners[tp{id, p}]; ok && o.member != mem.id && err == nil {
-				err = fmt.Errorf("partition %s-%d given to %s while %s holds it", id, p, mem.id, o.member)
+	var err error
+	if len(pending) > 0 {
+		pending.each(func(id TopicID, p, _ int32) {
+			if assigned.contains(id, p) && err == nil {
+				err = fmt.Errorf("partition %s-%d both assigned to and revoked from %s", id, p, mem.id)
 			}
 		})
-		if err != nil {
-			return err
+	}
+	oldOwned, newOwned := union(mem.assigned, mem.pending), union(assigned, pending)
+	diff(oldOwned, newOwned, nil, func(id TopicID, p, _ int32) {
+		if o, ok := g.owners[tp{id, p}]; ok && o != mem.id && err == nil {
+			err = fmt.Errorf("partition %s-%d given to %s while %s holds it", id, p, mem.id, o)
 		}
+	})
+	if err != nil {
+		return err
 	}
 	wasReconciled := mem.reconciledTo(g.assignmentEpoch)
-	oldOwned := union(mem.assigned, mem.pending)
 	oldAssigned := mem.assigned
-	oldOwned.each(func(id TopicID, p, _ int32) { delete(g.owners, tp{id, p}) })
+	track := !m.replaying
+	at := m.now
+	if !m.pending.releasedAt.IsZero() {
+		at = m.pending.releasedAt
+	}
+	diff(oldOwned, newOwned, func(id TopicID, p, _ int32) {
+		delete(g.owners, tp{id, p})
+		if track {
+			g.noteRelease(tp{id, p}, mem.id, at)
+		}
+	}, func(id TopicID, p, _ int32) {
+		g.owners[tp{id, p}] = mem.id
+	})
 	g.countReconciled(mem, -1)
 	mem.epoch, mem.prevEpoch, mem.state = epoch, prev, state
 	mem.assigned, mem.pending = assigned, pending
 	g.countReconciled(mem, 1)
-	for _, s := range []partSet{assigned, pending} {
-		s.each(func(id TopicID, p, _ int32) { g.owners[tp{id, p}] = owner{member: mem.id, epoch: epoch} })
-	}
-	if !m.replaying {
-		m.trackMoves(g, mem, oldOwned, oldAssigned, wasReconciled)
+	if track {
+		m.trackMoves(g, mem, oldAssigned, wasReconciled)
 	}
 	return nil
 }
@@ -425,7 +443,7 @@ func (m *Machine) apply(r Record) error {
 		g := m.groupOrCreate(r.Group)
 		if r.MemberMetadata == nil {
 			if mem := g.members[r.Member]; mem != nil {
-				m.setMeta(g, mem, nil)
+				_ = m.setMeta(g, mem, nil) // a deletion cannot conflict
 				g.dropIfGone(mem)
 			}
 			break
@@ -441,7 +459,11 @@ func (m *Machine) apply(r Record) error {
 			rebalanceTimeout: v.RebalanceTimeoutMs,
 			serverAssignor:   v.ServerAssignor,
 		}
-		m.setMeta(g, g.memberOrCreate(r.Member), &meta)
+		mem := g.memberOrCreate(r.Member)
+		if err := m.setMeta(g, mem, &meta); err != nil {
+			g.dropIfGone(mem)
+			return err
+		}
 	case RecordTargetMember:
 		g := m.groupOrCreate(r.Group)
 		if r.Target == nil {

@@ -350,7 +350,6 @@ func (m *Machine) removeMember(g *group, mem *member) {
 // checks it as a state fact after loading, which matters there because a
 // load can split what one heartbeat wrote, and cannot here: one Output's
 // records are made durable together.
-
 func (m *Machine) reconcile(g *group, mem *member, subscriptionChanged bool, o owned) {
 	if !subscriptionChanged && mem.reconciledTo(g.assignmentEpoch) {
 		return

@@ -92,26 +92,20 @@ func (m *Machine) openRebalance(g *group, before int32) {
 	m.pending = cause{}
 }
 
-// trackMoves notes which partitions a member gave up and which it was
-// given, for the open rebalance's record.
-func (m *Machine) trackMoves(g *group, mem *member, oldOwned, oldAssigned partSet, wasReconciled bool) {
-	newOwned := union(mem.assigned, mem.pending)
-	at := m.now
-	if !m.pending.releasedAt.IsZero() {
-		at = m.pending.releasedAt
+// noteRelease records that a member gave a partition up (or lost it with
+// its membership) at a time, for the rebalance that hands it on.
+func (g *group) noteRelease(k tp, from string, at time.Time) {
+	if g.released == nil {
+		g.released = map[tp]release{}
 	}
-	oldOwned.each(func(id TopicID, p, _ int32) {
-		if !newOwned.contains(id, p) {
-			if g.released == nil {
-				g.released = map[tp]release{}
-			}
-			g.released[tp{id, p}] = release{from: mem.id, at: at}
-		}
-	})
-	mem.assigned.each(func(id TopicID, p, _ int32) {
-		if oldAssigned.contains(id, p) {
-			return
-		}
+	g.released[k] = release{from: from, at: at}
+}
+
+// trackMoves notes the partitions a member was just given, with the pause
+// since their previous owner gave them up, and when the member reached the
+// open rebalance's target.
+func (m *Machine) trackMoves(g *group, mem *member, oldAssigned partSet, wasReconciled bool) {
+	diff(oldAssigned, mem.assigned, nil, func(id TopicID, p, _ int32) {
 		k := tp{id, p}
 		rel, wasReleased := g.released[k]
 		delete(g.released, k)

@@ -111,8 +111,12 @@ type Machine struct {
 	topics topicImage
 
 	// per-step scratch
-	now       time.Time
-	out       Output
+	now time.Time
+	out Output
+	// The keys whose deadline this step changed: a heartbeat changes one
+	// or two, so a short list; a step touching many (a load, an unload)
+	// moves them to a set.
+	dirtyList []TimerKey
 	dirty     map[TimerKey]bool
 	touched   []*group
 	replaying bool
@@ -153,7 +157,7 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 func (m *Machine) begin(now time.Time) {
 	m.now = now
 	m.out = Output{}
-	m.dirty = nil
+	m.dirty, m.dirtyList = nil, m.dirtyList[:0]
 	m.touched = m.touched[:0]
 	m.pending = cause{}
 }
@@ -162,11 +166,14 @@ func (m *Machine) end() Output {
 	for _, g := range m.touched {
 		m.maybeCloseRebalance(g)
 	}
-	if len(m.dirty) > 0 {
-		keys := make([]TimerKey, 0, len(m.dirty))
+	keys := m.dirtyList
+	if m.dirty != nil {
+		keys = make([]TimerKey, 0, len(m.dirty))
 		for k := range m.dirty {
 			keys = append(keys, k)
 		}
+	}
+	if len(keys) > 0 {
 		sortTimerKeys(keys)
 		m.out.Timers = make([]TimerUpdate, 0, len(keys))
 		for _, k := range keys {
@@ -178,7 +185,7 @@ func (m *Machine) end() Output {
 		}
 	}
 	out := m.out
-	m.out, m.dirty = Output{}, nil
+	m.out, m.dirty, m.dirtyList = Output{}, nil, m.dirtyList[:0]
 	m.touched = m.touched[:0]
 	return out
 }
@@ -207,9 +214,26 @@ func sortTimerKeys(keys []TimerKey) {
 	})
 }
 
+// dirtyListMax is how many keys the list holds before they move to the set.
+const dirtyListMax = 8
+
 func (m *Machine) markDirty(k TimerKey) {
-	if m.dirty == nil {
-		m.dirty = map[TimerKey]bool{}
+	if m.dirty != nil {
+		m.dirty[k] = true
+		return
+	}
+	for _, d := range m.dirtyList {
+		if d == k {
+			return
+		}
+	}
+	if len(m.dirtyList) < dirtyListMax {
+		m.dirtyList = append(m.dirtyList, k)
+		return
+	}
+	m.dirty = make(map[TimerKey]bool, 2*dirtyListMax)
+	for _, d := range m.dirtyList {
+		m.dirty[d] = true
 	}
 	m.dirty[k] = true
 }

@@ -210,3 +210,36 @@ func epochAt(epochs []int32, i int) int32 {
 	}
 	return epochs[i]
 }
+
+// diff calls removed for every partition of a not in b and added for every
+// partition of b not in a, in order, merging the sorted sets instead of
+// looking each partition up.
+func diff(a, b partSet, removed, added func(id TopicID, p, epoch int32)) {
+	mergeTopics(a, b, func(id TopicID, x, y *topicParts) {
+		var xp, xe, yp, ye []int32
+		if x != nil {
+			xp, xe = x.parts, x.epochs
+		}
+		if y != nil {
+			yp, ye = y.parts, y.epochs
+		}
+		i, j := 0, 0
+		for i < len(xp) || j < len(yp) {
+			switch {
+			case j == len(yp) || (i < len(xp) && xp[i] < yp[j]):
+				if removed != nil {
+					removed(id, xp[i], epochAt(xe, i))
+				}
+				i++
+			case i == len(xp) || xp[i] > yp[j]:
+				if added != nil {
+					added(id, yp[j], epochAt(ye, j))
+				}
+				j++
+			default:
+				i++
+				j++
+			}
+		}
+	})
+}

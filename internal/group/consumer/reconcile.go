@@ -118,17 +118,25 @@ func (r *reconciler) next() current {
 	return r.computeNext(r.targetEpoch)
 }
 
-// subscribedIDs returns the ids of the existing topics the member
-// subscribes to, by name or through its regex.
-func (r *reconciler) subscribedIDs() map[TopicID]bool {
-	names := r.g.memberTopics(r.mem)
-	ids := make(map[TopicID]bool, len(names))
-	for _, n := range names {
-		if t, ok := r.m.topics.byName[n]; ok {
-			ids[t.ID] = true
-		}
+// subscribed reports whether the member subscribes to topic id, by name or
+// through its regex; a topic that no longer exists is not subscribed.
+func (r *reconciler) subscribed(id TopicID) bool {
+	name, ok := r.m.topics.name(id)
+	if !ok {
+		return false
 	}
-	return ids
+	if _, ok := slices.BinarySearch(r.mem.meta.names, name); ok {
+		return true
+	}
+	if r.mem.meta.regex == "" {
+		return false
+	}
+	rs := r.g.regexes[r.mem.meta.regex]
+	if rs == nil {
+		return false
+	}
+	_, ok = slices.BinarySearch(rs.topics, name)
+	return ok
 }
 
 // computeNext is CurrentAssignmentBuilder.computeNextAssignment. Per topic:
@@ -136,14 +144,13 @@ func (r *reconciler) subscribedIDs() map[TopicID]bool {
 // to assign = target − assigned − partitions another member still holds.
 func (r *reconciler) computeNext(memberEpoch int32) current {
 	cur := r.mem.current()
-	subscribed := r.subscribedIDs()
 	assigned := newPartBuilder(true)
 	pending := newPartBuilder(true)
 	toAssign := newPartBuilder(true)
 	unreleased := false
 	mergeTopics(r.target, cur.assigned, func(id TopicID, tgt, have *topicParts) {
 		var target []int32
-		if tgt != nil && subscribed[id] {
+		if tgt != nil && r.subscribed(id) {
 			target = tgt.parts
 		}
 		if have != nil {
@@ -161,7 +168,7 @@ func (r *reconciler) computeNext(memberEpoch int32) current {
 					continue
 				}
 			}
-			if o, held := r.g.owners[tp{id, p}]; held && o.member != r.mem.id {
+			if o, held := r.g.owners[tp{id, p}]; held && o != r.mem.id {
 				unreleased = true
 				continue
 			}
@@ -201,17 +208,12 @@ func (r *reconciler) computeNext(memberEpoch int32) current {
 // new target.
 func (r *reconciler) dropUnsubscribed(memberEpoch int32) current {
 	cur := r.mem.current()
-	subscribed := r.subscribedIDs()
 	var kept, removed partSet
-	if len(subscribed) == 0 && len(cur.pending) == 0 {
-		removed = cur.assigned
-	} else {
-		for _, t := range cur.assigned {
-			if subscribed[t.id] {
-				kept = append(kept, t)
-			} else {
-				removed = append(removed, t)
-			}
+	for _, t := range cur.assigned {
+		if r.subscribed(t.id) {
+			kept = append(kept, t)
+		} else {
+			removed = append(removed, t)
 		}
 	}
 	if len(removed) == 0 {

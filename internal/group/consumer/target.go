@@ -20,17 +20,19 @@ func assignorNamed(name string) assign.Assignor {
 // where balance allows, and records only the members whose target changed,
 // then the new target epoch (Kafka's TargetAssignmentBuilder).
 func (m *Machine) computeTarget(g *group) {
-	members := g.sortedMembers()
-	in := make([]assign.Member, len(members))
-	for i, mem := range members {
-		in[i] = assign.Member{
+	// The assignor orders members itself (by instance id, then member id),
+	// so they go in in map order; only the changed ones are sorted, for the
+	// order of their records.
+	in := make([]assign.Member, 0, len(g.members))
+	for _, mem := range g.members {
+		in = append(in, assign.Member{
 			ID:         mem.id,
 			InstanceID: mem.meta.instanceID,
 			Topics:     g.memberTopics(mem),
 			Owned:      m.namedParts(g.target[mem.id]),
 			Generation: -1,
 			Rack:       mem.meta.rackID,
-		}
+		})
 	}
 	topics := map[string]int32{}
 	for _, n := range g.subscribedTopics() {
@@ -39,16 +41,36 @@ func (m *Machine) computeTarget(g *group) {
 		}
 	}
 	out := assignorNamed(g.preferredAssignor(m.cfg.Assignors)).Assign(in, topics)
-	for _, mem := range members {
-		next := m.idParts(out[mem.id])
-		prev, had := g.target[mem.id]
-		if had && next.samePartitions(prev) {
-			continue
+	var changed []string
+	for _, mem := range in {
+		if prev, had := g.target[mem.ID]; !had || !m.sameTarget(prev, out[mem.ID]) {
+			changed = append(changed, mem.ID)
 		}
-		m.emit(Record{Type: RecordTargetMember, Group: g.id, Member: mem.id,
-			Target: &TargetAssignment{Partitions: fromPartSet(next)}})
+	}
+	slices.Sort(changed)
+	for _, id := range changed {
+		m.emit(Record{Type: RecordTargetMember, Group: g.id, Member: id,
+			Target: &TargetAssignment{Partitions: fromPartSet(m.idParts(out[id]))}})
 	}
 	m.emit(Record{Type: RecordTargetEpoch, Group: g.id, TargetEpoch: &TargetAssignmentEpoch{AssignmentEpoch: g.epoch}})
+}
+
+// sameTarget reports whether an assignor's result for a member equals its
+// previous target, without building the new one: most members of an
+// incremental assignment keep theirs.
+func (m *Machine) sameTarget(prev partSet, next []assign.TopicPartitions) bool {
+	n := 0
+	for _, t := range next {
+		if len(t.Partitions) == 0 {
+			continue
+		}
+		n++
+		topic, ok := m.topics.byName[t.Topic]
+		if !ok || !slices.Equal(prev.partitions(topic.ID), t.Partitions) {
+			return false
+		}
+	}
+	return n == len(prev)
 }
 
 // namedParts turns a target into the assignor's form, skipping topics that

@@ -24,6 +24,9 @@ import (
 // fresh machine rebuilds the same state.
 func TestTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		if strings.Contains(path, "rapid") || strings.Contains(path, "fuzz") {
+			t.Skip("rapid's failure files and the fuzz corpus")
+		}
 		h := newHarness(Config{})
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			return h.run(t, d)
