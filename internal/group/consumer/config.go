@@ -17,7 +17,10 @@ const (
 )
 
 // Config holds the broker settings of the consumer protocol, named after
-// Kafka's. Zero fields take Kafka 4.3's defaults (see DefaultConfig).
+// Kafka's. Zero fields take Kafka 4.3's defaults (see DefaultConfig), except
+// that an unset bound widens to admit a timeout or interval that was set,
+// so a test can set one value alone; a broker passes all of them and
+// Validate then checks them as Kafka does.
 type Config struct {
 	// SessionTimeout is group.consumer.session.timeout.ms: a member that
 	// does not heartbeat for this long is fenced and removed. A static
