@@ -54,14 +54,6 @@ func (s partSet) contains(id TopicID, p int32) bool {
 	return ok
 }
 
-func (s partSet) count() int {
-	n := 0
-	for _, tp := range s {
-		n += len(tp.parts)
-	}
-	return n
-}
-
 // samePartitions reports whether s and o hold the same partitions; epochs
 // are not compared.
 func (s partSet) samePartitions(o partSet) bool {
@@ -100,18 +92,6 @@ func (s partSet) each(fn func(id TopicID, p, epoch int32)) {
 			fn(tp.id, p, e)
 		}
 	}
-}
-
-// withoutEpochs returns s as a target-style set.
-func (s partSet) withoutEpochs() partSet {
-	if len(s) == 0 {
-		return nil
-	}
-	out := make(partSet, len(s))
-	for i, tp := range s {
-		out[i] = topicParts{id: tp.id, parts: tp.parts}
-	}
-	return out
 }
 
 // partBuilder accumulates one topic at a time, in ascending topic order.
@@ -167,8 +147,38 @@ func mergeTopics(a, b partSet, fn func(id TopicID, x, y *topicParts)) {
 	}
 }
 
-// union merges two disjoint-or-overlapping sets that both carry epochs; on
-// overlap a's epoch wins.
+// walk merges two sets partition by partition in order, calling fn with
+// each partition of either and its epoch on each side (ok false where it is
+// absent).
+func walk(a, b partSet, fn func(id TopicID, p int32, ea, eb int32, inA, inB bool)) {
+	mergeTopics(a, b, func(id TopicID, x, y *topicParts) {
+		var xp, xe, yp, ye []int32
+		if x != nil {
+			xp, xe = x.parts, x.epochs
+		}
+		if y != nil {
+			yp, ye = y.parts, y.epochs
+		}
+		i, j := 0, 0
+		for i < len(xp) || j < len(yp) {
+			switch {
+			case j == len(yp) || (i < len(xp) && xp[i] < yp[j]):
+				fn(id, xp[i], epochAt(xe, i), -1, true, false)
+				i++
+			case i == len(xp) || xp[i] > yp[j]:
+				fn(id, yp[j], -1, epochAt(ye, j), false, true)
+				j++
+			default:
+				fn(id, xp[i], epochAt(xe, i), epochAt(ye, j), true, true)
+				i++
+				j++
+			}
+		}
+	})
+}
+
+// union merges two sets that both carry epochs; where both hold a
+// partition, a's epoch wins.
 func union(a, b partSet) partSet {
 	if len(a) == 0 {
 		return b
@@ -177,31 +187,27 @@ func union(a, b partSet) partSet {
 		return a
 	}
 	out := newPartBuilder(true)
-	mergeTopics(a, b, func(id TopicID, x, y *topicParts) {
-		var xp, xe, yp, ye []int32
-		if x != nil {
-			xp, xe = x.parts, x.epochs
-		}
-		if y != nil {
-			yp, ye = y.parts, y.epochs
-		}
-		i, j := 0, 0
-		for i < len(xp) || j < len(yp) {
-			switch {
-			case j == len(yp) || (i < len(xp) && xp[i] < yp[j]):
-				out.add(id, xp[i], epochAt(xe, i))
-				i++
-			case i == len(xp) || xp[i] > yp[j]:
-				out.add(id, yp[j], epochAt(ye, j))
-				j++
-			default:
-				out.add(id, xp[i], epochAt(xe, i))
-				i++
-				j++
-			}
+	walk(a, b, func(id TopicID, p, ea, eb int32, inA, _ bool) {
+		if inA {
+			out.add(id, p, ea)
+		} else {
+			out.add(id, p, eb)
 		}
 	})
 	return out.done()
+}
+
+// diff calls removed for every partition of a not in b and added for every
+// partition of b not in a, in order.
+func diff(a, b partSet, removed, added func(id TopicID, p, epoch int32)) {
+	walk(a, b, func(id TopicID, p, ea, eb int32, inA, inB bool) {
+		switch {
+		case inA && !inB && removed != nil:
+			removed(id, p, ea)
+		case inB && !inA && added != nil:
+			added(id, p, eb)
+		}
+	})
 }
 
 func epochAt(epochs []int32, i int) int32 {
@@ -209,37 +215,4 @@ func epochAt(epochs []int32, i int) int32 {
 		return -1
 	}
 	return epochs[i]
-}
-
-// diff calls removed for every partition of a not in b and added for every
-// partition of b not in a, in order, merging the sorted sets instead of
-// looking each partition up.
-func diff(a, b partSet, removed, added func(id TopicID, p, epoch int32)) {
-	mergeTopics(a, b, func(id TopicID, x, y *topicParts) {
-		var xp, xe, yp, ye []int32
-		if x != nil {
-			xp, xe = x.parts, x.epochs
-		}
-		if y != nil {
-			yp, ye = y.parts, y.epochs
-		}
-		i, j := 0, 0
-		for i < len(xp) || j < len(yp) {
-			switch {
-			case j == len(yp) || (i < len(xp) && xp[i] < yp[j]):
-				if removed != nil {
-					removed(id, xp[i], epochAt(xe, i))
-				}
-				i++
-			case i == len(xp) || xp[i] > yp[j]:
-				if added != nil {
-					added(id, yp[j], epochAt(ye, j))
-				}
-				j++
-			default:
-				i++
-				j++
-			}
-		}
-	})
 }
