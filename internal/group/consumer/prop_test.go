@@ -19,7 +19,10 @@ import (
 // coordinator still counts it as a member), that every client owns only what
 // the coordinator thinks it may, and that epochs never go backwards. Then it
 // lets the group go quiet and checks that every subscribed partition is
-// assigned, once, and owned by its member.
+// assigned, once, and owned by its member, and that the records replay to
+// the same state. A longer run:
+//
+//	go test ./internal/group/consumer -run TestProperties -rapid.checks=20000
 func TestProperties(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		s := newSim(rt)
