@@ -8,6 +8,8 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add([]byte{0, 1, 1, 'g'}, []byte(nil))
 	f.Add(Record{Type: RecordOffsetCommit, Group: "g", Topic: "t", Offset: &OffsetCommit{Offset: 1, ExpireTimestamp: -1}}.Key(),
 		Record{Type: RecordOffsetCommit, Group: "g", Topic: "t", Offset: &OffsetCommit{Offset: 1, ExpireTimestamp: -1}}.Value())
+	reb := Record{Type: RecordRebalance, Group: "g", Seq: 3, Rebalance: sampleRebalance()}
+	f.Add(reb.Key(), reb.Value())
 	f.Fuzz(func(t *testing.T, key, value []byte) {
 		r, err := DecodeRecord(key, value)
 		if err != nil {
