@@ -17,6 +17,7 @@ import (
 	"github.com/groupd/groupd/internal/broker"
 	"github.com/groupd/groupd/internal/coordinator"
 	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/inspect"
 	"github.com/groupd/groupd/internal/partition"
 	"github.com/groupd/groupd/internal/server"
 	"github.com/groupd/groupd/internal/store"
@@ -83,7 +84,7 @@ func Start(cfg Config) (*App, error) {
 		b.Close()
 		return nil, fmt.Errorf("opening coordinator store: %w", err)
 	}
-	coord := coordinator.New(coordinator.Config{Group: cfg.Group, Store: st, Logger: cfg.Logger})
+	coord := coordinator.New(coordinator.Config{Group: cfg.Group, Store: st, Logger: cfg.Logger, HighWatermark: highWatermark(b)})
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		coord.Close()
@@ -108,6 +109,25 @@ func Start(cfg Config) (*App, error) {
 	go func() { a.done <- srv.Serve(ln) }()
 	return a, nil
 }
+
+// highWatermark looks up a partition's high watermark in the broker.
+func highWatermark(b *broker.Broker) func(string, int32) (int64, bool) {
+	return func(topic string, partition int32) (int64, bool) {
+		t, ok := b.Topic(topic)
+		if !ok {
+			return 0, false
+		}
+		l := t.Partition(partition)
+		if l == nil {
+			return 0, false
+		}
+		return l.HighWatermark(), true
+	}
+}
+
+// Inspect is the read-only view of the groups and their rebalance
+// histories, for the admin side.
+func (a *App) Inspect() inspect.Source { return a.coord }
 
 // Addr is the address the listener is bound to.
 func (a *App) Addr() string { return a.ln.Addr().String() }
