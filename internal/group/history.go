@@ -102,18 +102,30 @@ var cooperativeAssignors = map[string]map[string]bool{
 // rebalanceProtocol is how the members will rebalance, from the protocols
 // they declared.
 func (g *group) rebalanceProtocol() string {
-	coop := cooperativeAssignors[g.protocolType]
-	if coop == nil || len(g.members) == 0 {
+	if len(g.members) == 0 {
 		return inspect.ProtocolEager
 	}
 	for _, mem := range g.members {
-		for _, p := range mem.protocols {
-			if !coop[p.name] {
-				return inspect.ProtocolEager
-			}
+		if g.eager(mem) {
+			return inspect.ProtocolEager
 		}
 	}
 	return inspect.ProtocolCooperative
+}
+
+// eager reports whether a member gives up everything it holds as soon as it
+// learns of a rebalance, rather than only what the new assignment takes.
+func (g *group) eager(mem *member) bool {
+	coop := cooperativeAssignors[g.protocolType]
+	if len(mem.protocols) == 0 {
+		return true
+	}
+	for _, p := range mem.protocols {
+		if !coop[p.name] {
+			return true
+		}
+	}
+	return false
 }
 
 // reason says why a rebalance opens: a trigger name and the member whose

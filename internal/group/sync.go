@@ -135,8 +135,9 @@ func (m *Machine) heartbeat(r Request, req *kmsg.HeartbeatRequest) {
 	case PreparingRebalance:
 		m.schedule(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: mem.id}, mem.session)
 		mem.lastSeen = m.now
-		if mem.gaveUp.IsZero() {
-			// An eager member revokes everything as it learns this.
+		if mem.gaveUp.IsZero() && g.eager(mem) {
+			// An eager member revokes everything as it learns this;
+			// a cooperative one goes on consuming until it rejoins.
 			mem.gaveUp = m.now
 		}
 		resp.ErrorCode = errRebalanceInProgress
