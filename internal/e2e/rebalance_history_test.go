@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -509,5 +510,49 @@ func TestRebalanceStorm(t *testing.T) {
 			t.Fatalf("no storm after 90 s; rebalances:\n%s", strings.Join(lines, "\n"))
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestRebalanceHistorySurvivesRestart stops groupd after a few rebalances
+// and starts it again over the same data directory: the history reads back
+// the same, record for record.
+func TestRebalanceHistorySurvivesRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fast := func(c *app.Config) {
+		c.Group.InitialRebalanceDelay = 100 * time.Millisecond
+		c.Group.MinSessionTimeout = 500 * time.Millisecond
+	}
+	a := startServer(t, dir, fast)
+	addr := a.Addr()
+	const topic, groupID = "restart", "restart-group"
+	createTopic(t, addr, topic, histPartitions)
+	tl := &timeline{}
+	m1 := startHistMember(t, addr, topic, groupID, "m1", kgo.RangeBalancer(), tl)
+	waitHistSettled(t, a.Inspect(), groupID, tl, []string{"m1"}, "one member")
+	m2 := startHistMember(t, addr, topic, groupID, "m2", kgo.RangeBalancer(), tl)
+	waitHistSettled(t, a.Inspect(), groupID, tl, []string{"m1", "m2"}, "two members")
+	m2.stop()
+	m1.stop()
+	var before []inspect.Rebalance
+	waitFor(t, 10*time.Second, "the group to empty", func() (bool, string) {
+		before = rebalancesOf(t, a.Inspect(), groupID)
+		last := before[len(before)-1]
+		return last.Outcome == "empty", fmt.Sprintf("last rebalance %+v", last)
+	})
+	stopServer(t, a)
+
+	b := startServer(t, dir, fast)
+	var after []inspect.Rebalance
+	waitFor(t, 10*time.Second, "the coordinator to load", func() (bool, string) {
+		rs, _, err := b.Inspect().Rebalances(context.Background(), groupID)
+		after = rs
+		return err == nil, fmt.Sprint(err)
+	})
+	if !reflect.DeepEqual(after, before) {
+		t.Fatalf("history after restart:\n%+v\nbefore:\n%+v", after, before)
+	}
+	if len(after) < 3 {
+		t.Fatalf("%d rebalances kept, want at least 3", len(after))
 	}
 }
