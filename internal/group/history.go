@@ -2,12 +2,12 @@ package group
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/groupd/groupd/assign"
 	"github.com/groupd/groupd/internal/inspect"
 )
 
@@ -36,11 +36,10 @@ type rebalance struct {
 	// joinDone is set once the join phase has ended (WaitedFor is final).
 	joinDone bool
 	// assigned is set once the leader's assignment was accepted; then
-	// awaiting holds the members that have not received theirs yet, and
-	// pending their moves.
+	// awaiting counts the members that have not received theirs yet
+	// (member.awaiting), whose moves wait in member.pending.
 	assigned bool
-	awaiting map[string]bool
-	pending  map[string][]pendingMove
+	awaiting int
 }
 
 // pendingMove is a partition assigned to a member that has not received
@@ -219,29 +218,38 @@ func (m *Machine) joinPhaseDone(g *group, timedOut []*member) {
 	cur.joinDone = true
 }
 
-// waits lists the join phase's waits, longest first. Members without a
-// parked JoinGroup have not rejoined: they waited the whole phase so far.
+// waits lists the join phase's longest waits, longest first, at most
+// inspect.MaxWaits of them. Members without a parked JoinGroup have not
+// rejoined: they waited the whole phase so far.
 func (m *Machine) waits(g *group, cur *rebalance, timedOut []*member) []inspect.Wait {
 	start := cur.rec.StartedAt
-	now := msTime(m.now)
-	ws := make([]inspect.Wait, 0, len(g.members)+len(timedOut))
+	whole := msTime(m.now).Sub(start).Milliseconds()
+	top := make([]inspect.Wait, 0, inspect.MaxWaits)
+	longer := func(a, b inspect.Wait) int {
+		return cmp.Or(cmp.Compare(b.WaitedMs, a.WaitedMs), strings.Compare(a.Member, b.Member))
+	}
+	// A thousand members' waits are not sorted to keep sixteen.
+	add := func(w inspect.Wait) {
+		if len(top) == cap(top) && longer(w, top[len(top)-1]) >= 0 {
+			return
+		}
+		i, _ := slices.BinarySearchFunc(top, w, longer)
+		if len(top) == cap(top) {
+			top = top[:len(top)-1]
+		}
+		top = slices.Insert(top, i, w)
+	}
 	for _, mem := range g.members {
-		w := inspect.Wait{Member: mem.id, WaitedMs: now.Sub(start).Milliseconds()}
+		w := inspect.Wait{Member: mem.id, WaitedMs: whole}
 		if mem.join != nil {
 			w.WaitedMs, w.Rejoined = max(msTime(mem.joinedAt).Sub(start).Milliseconds(), 0), true
 		}
-		ws = append(ws, w)
+		add(w)
 	}
 	for _, mem := range timedOut {
-		ws = append(ws, inspect.Wait{Member: mem.id, WaitedMs: now.Sub(start).Milliseconds()})
+		add(inspect.Wait{Member: mem.id, WaitedMs: whole})
 	}
-	slices.SortFunc(ws, func(a, b inspect.Wait) int {
-		return cmp.Or(cmp.Compare(b.WaitedMs, a.WaitedMs), strings.Compare(a.Member, b.Member))
-	})
-	if len(ws) > inspect.MaxWaits {
-		ws = slices.Clip(ws[:inspect.MaxWaits])
-	}
-	return ws
+	return top
 }
 
 // assignmentAccepted works out, when the leader's assignment is accepted,
@@ -254,9 +262,9 @@ func (m *Machine) assignmentAccepted(g *group, assignments map[string][]byte) {
 		return
 	}
 	cur.assigned = true
-	cur.awaiting = make(map[string]bool, len(g.members))
-	for id := range g.members {
-		cur.awaiting[id] = true
+	cur.awaiting = len(g.members)
+	for _, mem := range g.members {
+		mem.awaiting = true
 	}
 	if g.protocolType != consumerProtocolType {
 		return
@@ -264,32 +272,49 @@ func (m *Machine) assignmentAccepted(g *group, assignments map[string][]byte) {
 	coop := cur.rec.Protocol == inspect.ProtocolCooperative
 
 	// Who held each partition last: the newest claim wins, a member's
-	// over an orphan of the same generation.
+	// over an orphan of the same generation. Ties are broken by member
+	// id, so that whatever the leader sent (even a partition twice), the
+	// outcome does not depend on map order.
 	type claim struct {
 		owner   string
 		gen     int32
 		release time.Time
 		live    bool
+		taken   bool // assigned in this rebalance
+	}
+	newer := func(c, old claim) bool {
+		if c.gen != old.gen {
+			return c.gen > old.gen
+		}
+		if c.live != old.live {
+			return c.live
+		}
+		return c.owner < old.owner
 	}
 	prev := make(map[topicPartition]claim, len(g.orphans))
 	for tp, o := range g.orphans {
 		prev[tp] = claim{owner: o.from, gen: o.gen, release: o.resolve(g)}
 	}
-	members := g.sortedMembers()
-	for _, mem := range members {
+	names := map[string]string{}
+	for _, mem := range g.members {
 		c := claim{owner: mem.id, gen: mem.receivedGen, release: mem.gaveUp, live: true}
-		eachPartition(mem.received, func(tp topicPartition) {
-			if old, ok := prev[tp]; !ok || c.gen > old.gen || (c.gen == old.gen && !old.live) {
+		walkAssignment(mem.received, names, func(tp topicPartition) {
+			if old, ok := prev[tp]; !ok || newer(c, old) {
 				prev[tp] = c
 			}
 		})
 	}
 	g.orphans = nil
-	assigned := make(map[topicPartition]bool, len(prev))
-	for _, mem := range members {
-		eachPartition(assignments[mem.id], func(tp topicPartition) {
-			assigned[tp] = true
+	// One backing array for every member's pending moves.
+	pending := make([]pendingMove, 0, len(g.members))
+	for _, mem := range g.members {
+		start := len(pending)
+		walkAssignment(assignments[mem.id], names, func(tp topicPartition) {
 			c, ok := prev[tp]
+			if ok && !c.taken {
+				c.taken = true
+				prev[tp] = c
+			}
 			pm := pendingMove{topic: tp.topic, partition: tp.partition, from: c.owner, fromGen: c.gen, release: c.release}
 			if ok && c.live && c.owner == mem.id && coop {
 				return // kept: a cooperative member goes on consuming it
@@ -299,14 +324,14 @@ func (m *Machine) assignmentAccepted(g *group, assignments map[string][]byte) {
 				// it waited for this rebalance.
 				pm.release = cur.rec.StartedAt
 			}
-			if cur.pending == nil {
-				cur.pending = map[string][]pendingMove{}
-			}
-			cur.pending[mem.id] = append(cur.pending[mem.id], pm)
+			pending = append(pending, pm)
 		})
+		mem.pending = pending[start:len(pending):len(pending)]
 	}
+	cur.rec.Moved = make([]inspect.Move, 0, len(pending))
+	// What was held but is assigned to nobody.
 	for tp, c := range prev {
-		if assigned[tp] {
+		if c.taken {
 			continue
 		}
 		o := orphan{from: c.owner, gen: c.gen, releasedAt: c.release}
@@ -338,24 +363,66 @@ func (o orphan) resolve(g *group) time.Time {
 	return time.Time{}
 }
 
-// eachPartition calls fn with every partition of a consumer-protocol
-// assignment, in order. An assignment that does not decode holds nothing
-// as far as the history is concerned.
-func eachPartition(assignment []byte, fn func(topicPartition)) {
-	if len(assignment) == 0 {
-		return
+// walkAssignment calls fn with every partition of a consumer-protocol
+// assignment (ConsumerProtocolAssignment: version, [topic, [partition]],
+// user data), read in place with its topic names interned in names, so that
+// the assignments of a thousand members cost no allocation each. It accepts
+// what assign.DecodeAssignment accepts (an empty assignment holds nothing;
+// the user data may be missing) and reports false, having called fn for
+// nothing, for anything else: as far as the history is concerned, such an
+// assignment holds nothing.
+func walkAssignment(b []byte, names map[string]string, fn func(topicPartition)) bool {
+	if len(b) == 0 {
+		return true
 	}
-	_, tps, _, err := assign.DecodeAssignment(assignment)
-	if err != nil {
-		return
+	if !walkTopics(b, nil, nil) {
+		return false
 	}
-	slices.SortFunc(tps, func(a, b assign.TopicPartitions) int { return strings.Compare(a.Topic, b.Topic) })
-	for _, t := range tps {
-		ps := slices.Sorted(slices.Values(t.Partitions))
-		for _, p := range ps {
-			fn(topicPartition{t.Topic, p})
+	walkTopics(b, names, fn)
+	return true
+}
+
+// walkTopics reads the topics of an assignment, calling fn (if not nil)
+// with each partition; it reports whether they parse.
+func walkTopics(b []byte, names map[string]string, fn func(topicPartition)) bool {
+	if len(b) < 6 || int16(binary.BigEndian.Uint16(b)) < 0 {
+		return false
+	}
+	n := int32(binary.BigEndian.Uint32(b[2:]))
+	b = b[6:]
+	// -1 is a null array; each topic takes at least 6 bytes.
+	if n < -1 || int64(n)*6 > int64(len(b)) {
+		return false
+	}
+	for range n {
+		if len(b) < 2 {
+			return false
 		}
+		l := int16(binary.BigEndian.Uint16(b))
+		b = b[2:]
+		if l < 0 || int(l) > len(b)-4 {
+			return false
+		}
+		name := b[:l]
+		c := int32(binary.BigEndian.Uint32(b[l:]))
+		b = b[int(l)+4:]
+		if c < -1 || int64(c)*4 > int64(len(b)) {
+			return false
+		}
+		c = max(c, 0)
+		if fn != nil && c > 0 {
+			topic, ok := names[string(name)]
+			if !ok {
+				topic = string(name)
+				names[topic] = topic
+			}
+			for j := range c {
+				fn(topicPartition{topic, int32(binary.BigEndian.Uint32(b[4*j:]))})
+			}
+		}
+		b = b[4*c:]
 	}
+	return true
 }
 
 // delivered notes that mem received its assignment (a SyncGroup reply
@@ -363,12 +430,13 @@ func eachPartition(assignment []byte, fn func(topicPartition)) {
 func (m *Machine) delivered(g *group, mem *member) {
 	mem.received, mem.receivedGen, mem.gaveUp = mem.assignment, g.generation, time.Time{}
 	cur := g.cur
-	if cur == nil || !cur.awaiting[mem.id] {
+	if cur == nil || !mem.awaiting {
 		return
 	}
-	delete(cur.awaiting, mem.id)
+	mem.awaiting = false
+	cur.awaiting--
 	now := msTime(m.now)
-	for _, pm := range cur.pending[mem.id] {
+	for _, pm := range mem.pending {
 		committed := int64(-1)
 		if v, ok := g.offsets.get(topicPartition{pm.topic, pm.partition}); ok {
 			committed = v.offset
@@ -383,13 +451,13 @@ func (m *Machine) delivered(g *group, mem *member) {
 			CommitGap: -1,
 		})
 	}
-	delete(cur.pending, mem.id)
+	mem.pending = nil
 }
 
 // maybeEndRebalance closes the rebalance in progress once every member
 // has received its assignment.
 func (m *Machine) maybeEndRebalance(g *group) {
-	if cur := g.cur; cur != nil && cur.assigned && len(cur.awaiting) == 0 {
+	if cur := g.cur; cur != nil && cur.assigned && cur.awaiting == 0 {
 		m.closeRebalance(g, "stable")
 	}
 }
@@ -409,31 +477,34 @@ func (m *Machine) memberGone(g *group, mem *member, lastHeard time.Time) {
 		}
 	}
 	if g.protocolType == consumerProtocolType {
-		eachPartition(mem.received, func(tp topicPartition) {
+		walkAssignment(mem.received, map[string]string{}, func(tp topicPartition) {
 			if o, ok := g.orphans[tp]; !ok || o.gen <= mem.receivedGen {
 				g.setOrphan(tp, orphan{from: mem.id, gen: mem.receivedGen, releasedAt: release})
 			}
 		})
 	}
-	if cur := g.cur; cur != nil {
-		// What it was given but never received goes back to where it
-		// came from.
-		m.revertPending(g, cur, mem.id)
-		delete(cur.awaiting, mem.id)
-	}
+	// What it was given but never received goes back to where it came
+	// from.
+	g.notAwaiting(mem)
 }
 
-// revertPending turns the moves a member never received back into
-// orphans of their previous owners.
-func (m *Machine) revertPending(g *group, cur *rebalance, to string) {
-	for _, pm := range cur.pending[to] {
+// notAwaiting turns the moves a member will not receive back into orphans
+// of their previous owners, and stops waiting for it.
+func (g *group) notAwaiting(mem *member) {
+	for _, pm := range mem.pending {
 		tp := topicPartition{pm.topic, pm.partition}
-		if o, ok := g.orphans[tp]; ok && o.gen > pm.fromGen {
-			continue
+		if o, ok := g.orphans[tp]; ok && (o.gen > pm.fromGen || (o.gen == pm.fromGen && o.from <= pm.from)) {
+			continue // a newer claim, or (the same partition given twice) the same by id order
 		}
 		g.setOrphan(tp, orphan{from: pm.from, gen: pm.fromGen, releasedAt: pm.release})
 	}
-	delete(cur.pending, to)
+	mem.pending = nil
+	if mem.awaiting {
+		mem.awaiting = false
+		if g.cur != nil {
+			g.cur.awaiting--
+		}
+	}
 }
 
 // closeRebalance ends the rebalance in progress with an outcome: "stable"
@@ -444,16 +515,18 @@ func (m *Machine) closeRebalance(g *group, outcome string) {
 	if cur == nil {
 		return
 	}
-	g.cur = nil
-	for _, to := range sortedKeysOf(cur.pending) {
-		m.revertPending(g, cur, to)
+	if cur.awaiting > 0 {
+		for _, mem := range g.members {
+			g.notAwaiting(mem)
+		}
 	}
+	g.cur = nil
 	if outcome == "empty" {
 		// Nobody is left to hand partitions over to; a later member
 		// starts afresh.
 		g.orphans = nil
 	}
-	r := m.snapshot(g, cur, m.now)
+	r := m.snapshot(g, cur, m.now, true)
 	end := msTime(m.now)
 	r.EndedAt = &end
 	r.Outcome = outcome
@@ -469,12 +542,13 @@ func (m *Machine) closeRebalance(g *group, outcome string) {
 	}
 }
 
-// snapshot is the record of a rebalance as it stands at now.
-func (m *Machine) snapshot(g *group, cur *rebalance, now time.Time) inspect.Rebalance {
+// snapshot is the record of a rebalance as it stands at now; final says
+// the rebalance is over, so the record may keep its lists.
+func (m *Machine) snapshot(g *group, cur *rebalance, now time.Time, final bool) inspect.Rebalance {
 	r := cur.rec
 	r.DurationMs = max(msTime(now).Sub(r.StartedAt).Milliseconds(), 0)
 	r.GenerationAfter = g.generation
-	r.MembersIn, r.MembersOut = []string{}, []string{}
+	r.MembersIn, r.MembersOut = make([]string, 0, max(len(g.members)-len(cur.startMembers), 0)), []string{}
 	for id := range g.members {
 		if !cur.startMembers[id] {
 			r.MembersIn = append(r.MembersIn, id)
@@ -487,26 +561,19 @@ func (m *Machine) snapshot(g *group, cur *rebalance, now time.Time) inspect.Reba
 	}
 	slices.Sort(r.MembersIn)
 	slices.Sort(r.MembersOut)
-	r.Moved = slices.Clone(r.Moved)
+	if !final {
+		r.Moved = slices.Clone(r.Moved)
+	}
 	if r.Moved == nil {
 		r.Moved = []inspect.Move{}
 	}
 	slices.SortFunc(r.Moved, func(a, b inspect.Move) int {
-		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition), strings.Compare(a.To, b.To))
 	})
 	if !cur.joinDone {
 		r.WaitedFor = m.waits(g, cur, nil)
 	}
 	return r
-}
-
-func sortedKeysOf[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
 
 // dropHistory tombstones a group's stored rebalances, when the group goes.
@@ -591,21 +658,9 @@ func (g *group) priorJoin(mem *member) priorJoin {
 	}
 }
 
-// renameMember moves what the rebalance in progress expects of a static
-// member to its new member id.
+// renameMember gives the partitions a static member's previous incarnation
+// gave up to its new member id.
 func (m *Machine) renameMember(g *group, oldID, newID string) {
-	cur := g.cur
-	if cur == nil {
-		return
-	}
-	if cur.awaiting[oldID] {
-		delete(cur.awaiting, oldID)
-		cur.awaiting[newID] = true
-	}
-	if pms, ok := cur.pending[oldID]; ok {
-		delete(cur.pending, oldID)
-		cur.pending[newID] = pms
-	}
 	for tp, o := range g.orphans {
 		if o.from == oldID {
 			o.from = newID
@@ -728,7 +783,7 @@ func (m *Machine) Rebalances(groupID string, now time.Time) (rs []inspect.Rebala
 		rs = append(rs, *r)
 	}
 	if g.cur != nil {
-		rs = append(rs, m.snapshot(g, g.cur, now))
+		rs = append(rs, m.snapshot(g, g.cur, now, false))
 	}
 	return rs, true
 }
@@ -736,7 +791,7 @@ func (m *Machine) Rebalances(groupID string, now time.Time) (rs []inspect.Rebala
 // lastRebalance is the group's newest rebalance, in progress or not.
 func (m *Machine) lastRebalance(g *group, now time.Time) *inspect.Rebalance {
 	if g.cur != nil {
-		r := m.snapshot(g, g.cur, now)
+		r := m.snapshot(g, g.cur, now, false)
 		return &r
 	}
 	if n := len(g.history); n > 0 {

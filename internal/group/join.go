@@ -324,6 +324,8 @@ func (m *Machine) replaceStaticMember(g *group, j joinArgs, oldID, newID string)
 		seq:          old.seq,
 		received:     old.received,
 		receivedGen:  old.receivedGen,
+		awaiting:     old.awaiting,
+		pending:      old.pending,
 	}
 	g.members[newID] = mem
 	m.renameMember(g, oldID, newID)

@@ -159,11 +159,15 @@ type member struct {
 	// generation. gaveUp is when it first learnt of a rebalance after
 	// receiving its assignment (a JoinGroup, or a heartbeat answered
 	// REBALANCE_IN_PROGRESS): an eager member revokes everything then.
+	// awaiting is set while the rebalance in progress waits for the
+	// member to receive its assignment, and pending holds its moves.
 	lastSeen    time.Time
 	joinedAt    time.Time
 	received    []byte
 	receivedGen int32
 	gaveUp      time.Time
+	awaiting    bool
+	pending     []pendingMove
 }
 
 func (m *member) metadataFor(name string) []byte {
