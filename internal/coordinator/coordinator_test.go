@@ -33,17 +33,18 @@ type env struct {
 	c     *Coordinator
 }
 
-func newEnv(t *testing.T, st store.Store) *env {
+func newEnv(t *testing.T, st store.Store, opts ...func(*Config)) *env {
 	t.Helper()
-	e := newEnvLoading(t, st)
+	e := newEnvLoading(t, st, opts...)
 	e.waitReady()
 	return e
 }
 
-// newEnvLoading starts a coordinator without waiting for its shards to load.
-func newEnvLoading(t *testing.T, st store.Store) *env {
+// newEnvLoading starts a coordinator without waiting for its shards to
+// load; opts may change its configuration.
+func newEnvLoading(t *testing.T, st store.Store, opts ...func(*Config)) *env {
 	e := &env{t: t, clock: clocktest.New(epoch), store: st}
-	e.c = New(Config{
+	cfg := Config{
 		Shards: testShards,
 		Group: group.Config{
 			InitialRebalanceDelay: 3 * time.Second,
@@ -52,7 +53,11 @@ func newEnvLoading(t *testing.T, st store.Store) *env {
 		Store:  st,
 		Clock:  e.clock,
 		Logger: slog.New(slog.DiscardHandler),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	e.c = New(cfg)
 	t.Cleanup(func() { e.c.Close() })
 	return e
 }

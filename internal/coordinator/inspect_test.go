@@ -1,16 +1,12 @@
 package coordinator
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/groupd/groupd/internal/coordinator/clocktest"
-	"github.com/groupd/groupd/internal/group"
 	"github.com/groupd/groupd/internal/inspect"
 	"github.com/groupd/groupd/internal/store"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -39,45 +35,49 @@ func (r *recorder) StoreWrite(_ time.Duration, records int, err error) {
 	}
 }
 
-// lockedBuffer is a log sink for the shard goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// logCapture keeps the records logged through it.
+type logCapture struct {
+	mu   sync.Mutex
+	recs []slog.Record
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
+func (c *logCapture) Enabled(context.Context, slog.Level) bool { return true }
+func (c *logCapture) WithAttrs([]slog.Attr) slog.Handler       { return c }
+func (c *logCapture) WithGroup(string) slog.Handler            { return c }
+
+func (c *logCapture) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.recs = append(c.recs, r.Clone())
+	return nil
 }
 
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+// lines returns the attributes of every record with the message, as text.
+func (c *logCapture) lines(msg string) []map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []map[string]string
+	for _, r := range c.recs {
+		if r.Message != msg {
+			continue
+		}
+		kv := map[string]string{}
+		r.Attrs(func(a slog.Attr) bool { kv[a.Key] = a.Value.String(); return true })
+		out = append(out, kv)
+	}
+	return out
 }
 
-// newObservedEnv starts a coordinator whose broker knows one partition,
+// observed configures a coordinator whose broker knows one partition,
 // orders/0, at high watermark 100.
-func newObservedEnv(t *testing.T, st store.Store, obs Observer, logs *lockedBuffer) *env {
-	e := &env{t: t, clock: clocktest.New(epoch), store: st}
-	e.c = New(Config{
-		Shards: testShards,
-		Group: group.Config{
-			InitialRebalanceDelay: 3 * time.Second,
-			NewMemberID:           group.SequentialMemberIDs(),
-		},
-		Store:  st,
-		Clock:  e.clock,
-		Logger: slog.New(slog.NewTextHandler(logs, nil)),
-		HighWatermark: func(topic string, p int32) (int64, bool) {
+func observed(obs Observer, logs *logCapture) func(*Config) {
+	return func(c *Config) {
+		c.Logger = slog.New(logs)
+		c.HighWatermark = func(topic string, p int32) (int64, bool) {
 			return 100, topic == "orders" && p == 0
-		},
-		Observer: obs,
-	})
-	t.Cleanup(func() { e.c.Close() })
-	e.waitReady()
-	return e
+		}
+		c.Observer = obs
+	}
 }
 
 func consumerAssignment(partitions ...int32) []byte {
@@ -104,8 +104,8 @@ func directJoin(groupID, memberID string) *kmsg.JoinGroupRequest {
 func TestRebalanceReported(t *testing.T) {
 	st := store.NewMemoryShards(testShards)
 	obs := &recorder{}
-	logs := &lockedBuffer{}
-	e := newObservedEnv(t, st, obs, logs)
+	logs := &logCapture{}
+	e := newEnv(t, st, observed(obs, logs))
 
 	ja := e.start(directJoin("g", ""))
 	e.waitParked(1)
@@ -161,15 +161,16 @@ func TestRebalanceReported(t *testing.T) {
 	if writes == 0 || records == 0 {
 		t.Fatalf("observer saw %d writes of %d records", writes, records)
 	}
-	if n := strings.Count(logs.String(), "msg=rebalance "); n != 2 {
-		t.Fatalf("%d rebalance log lines, want 2:\n%s", n, logs)
+	lines := logs.lines("rebalance")
+	if len(lines) != 2 {
+		t.Fatalf("%d rebalance log lines, want 2: %v", len(lines), lines)
 	}
-	for _, kv := range []string{"trigger=member-joined", "member=" + b.MemberID, "duration=1.5s", "generation=2", "moved=1", "max_pause=500ms", "storm=false"} {
-		if !strings.Contains(logs.String(), kv) {
-			t.Fatalf("rebalance log lacks %q:\n%s", kv, logs)
+	for k, v := range map[string]string{"group": "g", "protocol": "eager", "trigger": "member-joined", "member": b.MemberID,
+		"duration": "1.5s", "generation": "2", "outcome": "stable", "moved": "1", "paused": "1", "max_pause": "500ms", "storm": "false"} {
+		if lines[1][k] != v {
+			t.Fatalf("rebalance log line %v: %s is %q, want %q", lines[1], k, lines[1][k], v)
 		}
 	}
-
 	ctx := context.Background()
 	gs, err := e.c.Groups(ctx)
 	if err != nil || len(gs) != 1 {

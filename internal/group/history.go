@@ -721,6 +721,24 @@ func (m *Machine) stormCause(g *group, r *inspect.Rebalance, who *member, id str
 			noSync = append(noSync, d)
 		}
 	}
+	// times is how often the member was removed for the cause: the
+	// departures remembered, or the storm's own count when the trigger
+	// is the removal itself (departures do not survive a restart).
+	times := func(ds []*departure, trigger string) int {
+		if r.Trigger == trigger {
+			return max(len(ds), n)
+		}
+		return len(ds)
+	}
+	// cause names a timeout, the longest delay seen that exceeded it,
+	// and how often it removed the member.
+	cause := func(prefix, timeout string, limit time.Duration, seen string, longest time.Duration, verb string, count int) string {
+		s := fmt.Sprintf("%s: %s %d ms", prefix, timeout, limit.Milliseconds())
+		if longest > 0 {
+			s += fmt.Sprintf(seen, longest.Milliseconds())
+		}
+		return fmt.Sprintf("%s; %s %d times within %s", s, verb, count, window)
+	}
 	switch {
 	case r.Trigger == inspect.TriggerSessionTimeout || len(expired) > 0:
 		var session, gap time.Duration
@@ -733,39 +751,20 @@ func (m *Machine) stormCause(g *group, r *inspect.Rebalance, who *member, id str
 				gap = max(gap, d.heardAt.Sub(d.lastSeen))
 			}
 		}
-		s := fmt.Sprintf("%s: session timeout %d ms", StormSessionTimeout, session.Milliseconds())
-		if gap > 0 {
-			s += fmt.Sprintf(", heartbeat gap %d ms observed", gap.Milliseconds())
-		}
-		count := len(expired)
-		if r.Trigger == inspect.TriggerSessionTimeout {
-			count = max(count, n)
-		}
-		return s + fmt.Sprintf("; expired %d times within %s", count, window)
+		return cause(StormSessionTimeout, "session timeout", session, ", heartbeat gap %d ms observed", gap,
+			"expired", times(expired, inspect.TriggerSessionTimeout))
 	case r.Trigger == inspect.TriggerRebalanceTimeout || len(late) > 0:
 		var timeout, lateBy time.Duration
 		for _, d := range late {
-			timeout = d.rebalance
-			if !d.rejoinedAt.IsZero() {
+			if timeout = d.rebalance; !d.rejoinedAt.IsZero() {
 				lateBy = max(lateBy, d.rejoinedAt.Sub(d.phaseStart))
 			}
 		}
-		s := fmt.Sprintf("%s: rebalance timeout %d ms", StormRebalanceTimeout, timeout.Milliseconds())
-		if lateBy > 0 {
-			s += fmt.Sprintf(", rejoined %d ms after the rebalance began", lateBy.Milliseconds())
-		}
-		count := len(late)
-		if r.Trigger == inspect.TriggerRebalanceTimeout {
-			count = max(count, n)
-		}
-		return s + fmt.Sprintf("; removed %d times within %s", count, window)
+		return cause(StormRebalanceTimeout, "rebalance timeout", timeout, ", rejoined %d ms after the rebalance began", lateBy,
+			"removed", times(late, inspect.TriggerRebalanceTimeout))
 	case r.Trigger == inspect.TriggerPendingSyncTimeout || len(noSync) > 0:
-		count := len(noSync)
-		if r.Trigger == inspect.TriggerPendingSyncTimeout {
-			count = max(count, n)
-		}
 		return fmt.Sprintf("%s: removed %d times within %s for not sending SyncGroup after its JoinGroup was answered",
-			StormNoSync, count, window)
+			StormNoSync, times(noSync, inspect.TriggerPendingSyncTimeout), window)
 	}
 	return fmt.Sprintf("%s %s: %d times within %s", StormRepeated, r.Trigger, n, window)
 }
