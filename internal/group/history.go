@@ -297,6 +297,7 @@ func (m *Machine) assignmentAccepted(g *group, assignments map[string][]byte) {
 	}
 	names := map[string]string{}
 	for _, mem := range g.members {
+		mem.revoking = false
 		c := claim{owner: mem.id, gen: mem.receivedGen, release: mem.gaveUp, live: true}
 		walkAssignment(mem.received, names, func(tp topicPartition) {
 			if old, ok := prev[tp]; !ok || newer(c, old) {
@@ -339,6 +340,7 @@ func (m *Machine) assignmentAccepted(g *group, assignments map[string][]byte) {
 			// Revoked: its owner gives it up once it has its new
 			// assignment, and rejoins.
 			o.releasedAt = time.Time{}
+			g.members[c.owner].revoking = true
 		}
 		g.setOrphan(tp, o)
 	}
@@ -365,8 +367,9 @@ func (o orphan) resolve(g *group) time.Time {
 
 // walkAssignment calls fn with every partition of a consumer-protocol
 // assignment (ConsumerProtocolAssignment: version, [topic, [partition]],
-// user data), read in place with its topic names interned in names, so that
-// the assignments of a thousand members cost no allocation each. It accepts
+// user data), read in place with its topic names interned in names (if not
+// nil), so that the assignments of a thousand members cost no allocation
+// each. It accepts
 // what assign.DecodeAssignment accepts (an empty assignment holds nothing;
 // the user data may be missing) and reports false, having called fn for
 // nothing, for anything else: as far as the history is concerned, such an
@@ -414,7 +417,9 @@ func walkTopics(b []byte, names map[string]string, fn func(topicPartition)) bool
 			topic, ok := names[string(name)]
 			if !ok {
 				topic = string(name)
-				names[topic] = topic
+				if names != nil {
+					names[topic] = topic
+				}
 			}
 			for j := range c {
 				fn(topicPartition{topic, int32(binary.BigEndian.Uint32(b[4*j:]))})
@@ -470,14 +475,17 @@ func (m *Machine) memberGone(g *group, mem *member, lastHeard time.Time) {
 	if release.IsZero() {
 		release = lastHeard
 	}
-	for tp, o := range g.orphans {
-		if o.from == mem.id && o.releasedAt.IsZero() {
-			o.releasedAt = release
-			g.orphans[tp] = o
+	if mem.revoking {
+		// It leaves before giving up what it was to revoke.
+		for tp, o := range g.orphans {
+			if o.from == mem.id && o.releasedAt.IsZero() {
+				o.releasedAt = release
+				g.orphans[tp] = o
+			}
 		}
 	}
 	if g.protocolType == consumerProtocolType {
-		walkAssignment(mem.received, map[string]string{}, func(tp topicPartition) {
+		walkAssignment(mem.received, nil, func(tp topicPartition) {
 			if o, ok := g.orphans[tp]; !ok || o.gen <= mem.receivedGen {
 				g.setOrphan(tp, orphan{from: mem.id, gen: mem.receivedGen, releasedAt: release})
 			}

@@ -325,6 +325,7 @@ func (m *Machine) replaceStaticMember(g *group, j joinArgs, oldID, newID string)
 		received:     old.received,
 		receivedGen:  old.receivedGen,
 		awaiting:     old.awaiting,
+		revoking:     old.revoking,
 		pending:      old.pending,
 	}
 	g.members[newID] = mem

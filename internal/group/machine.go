@@ -160,13 +160,15 @@ type member struct {
 	// receiving its assignment (a JoinGroup, or a heartbeat answered
 	// REBALANCE_IN_PROGRESS): an eager member revokes everything then.
 	// awaiting is set while the rebalance in progress waits for the
-	// member to receive its assignment, and pending holds its moves.
+	// member to receive its assignment, and pending holds its moves;
+	// revoking while orphans it has still to give up are waiting for it.
 	lastSeen    time.Time
 	joinedAt    time.Time
 	received    []byte
 	receivedGen int32
 	gaveUp      time.Time
 	awaiting    bool
+	revoking    bool
 	pending     []pendingMove
 }
 
