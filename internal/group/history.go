@@ -230,8 +230,10 @@ func (m *Machine) waits(g *group, cur *rebalance, timedOut []*member) []inspect.
 	}
 	// A thousand members' waits are not sorted to keep sixteen.
 	add := func(w inspect.Wait) {
-		if len(top) == cap(top) && longer(w, top[len(top)-1]) >= 0 {
-			return
+		if len(top) == cap(top) {
+			if last := top[len(top)-1]; w.WaitedMs < last.WaitedMs || longer(w, last) >= 0 {
+				return
+			}
 		}
 		i, _ := slices.BinarySearchFunc(top, w, longer)
 		if len(top) == cap(top) {
@@ -262,10 +264,12 @@ func (m *Machine) assignmentAccepted(g *group, assignments map[string][]byte) {
 		return
 	}
 	cur.assigned = true
-	cur.awaiting = len(g.members)
+	members := make([]*member, 0, len(g.members))
 	for _, mem := range g.members {
-		mem.awaiting = true
+		mem.awaiting, mem.revoking = true, false
+		members = append(members, mem)
 	}
+	cur.awaiting = len(members)
 	if g.protocolType != consumerProtocolType {
 		return
 	}
@@ -296,8 +300,10 @@ func (m *Machine) assignmentAccepted(g *group, assignments map[string][]byte) {
 		prev[tp] = claim{owner: o.from, gen: o.gen, release: o.resolve(g)}
 	}
 	names := map[string]string{}
-	for _, mem := range g.members {
-		mem.revoking = false
+	for _, mem := range members {
+		if len(mem.received) == 0 {
+			continue
+		}
 		c := claim{owner: mem.id, gen: mem.receivedGen, release: mem.gaveUp, live: true}
 		walkAssignment(mem.received, names, func(tp topicPartition) {
 			if old, ok := prev[tp]; !ok || newer(c, old) {
@@ -307,8 +313,8 @@ func (m *Machine) assignmentAccepted(g *group, assignments map[string][]byte) {
 	}
 	g.orphans = nil
 	// One backing array for every member's pending moves.
-	pending := make([]pendingMove, 0, len(g.members))
-	for _, mem := range g.members {
+	pending := make([]pendingMove, 0, len(members))
+	for _, mem := range members {
 		start := len(pending)
 		walkAssignment(assignments[mem.id], names, func(tp topicPartition) {
 			c, ok := prev[tp]
