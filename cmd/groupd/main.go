@@ -129,6 +129,9 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&cfg.Group.MaxGroupSize, "group-max-size", g.MaxGroupSize, "most members a classic group may have (group.max.size)")
 	f.DurationVar(&cfg.Group.OffsetsRetention, "offsets-retention", g.OffsetsRetention, "how long committed offsets of an empty group are kept (offsets.retention.minutes)")
 	f.IntVar(&cfg.Group.OffsetMetadataMaxBytes, "offset-metadata-max-bytes", g.OffsetMetadataMaxBytes, "largest metadata string of a committed offset (offset.metadata.max.bytes)")
+	f.IntVar(&cfg.Group.HistorySize, "rebalance-history", g.HistorySize, "rebalances kept per group, durably (the oldest beyond this are deleted)")
+	f.DurationVar(&cfg.Group.StormWindow, "rebalance-storm-window", g.StormWindow, "a rebalance is flagged a storm when its trigger came from the same member --rebalance-storm-count times within this window")
+	f.IntVar(&cfg.Group.StormCount, "rebalance-storm-count", g.StormCount, "how many rebalances with the same trigger from the same member within --rebalance-storm-window make a storm")
 	return cmd
 }
 

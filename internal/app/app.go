@@ -117,7 +117,12 @@ func Start(cfg Config) (*App, error) {
 	if cfg.HTTPListen != "" {
 		m = metrics.New(metrics.Config{MaxGroups: cfg.MetricsMaxGroups})
 	}
-	coord := coordinator.New(coordinator.Config{Group: cfg.Group, Store: st, Logger: cfg.Logger})
+	var cobs coordinator.Observer
+	if m != nil {
+		cobs = m
+	}
+	coord := coordinator.New(coordinator.Config{Group: cfg.Group, Store: st, Logger: cfg.Logger,
+		HighWatermark: highWatermark(b), Observer: cobs})
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		coord.Close()
@@ -149,7 +154,7 @@ func Start(cfg Config) (*App, error) {
 	if m != nil {
 		// What the admin API, the page and the group gauges read; until
 		// the coordinator provides it, the API answers 503.
-		var src inspect.Source
+		var src inspect.Source = coord
 		m.SetSource(src)
 		a.http, err = admin.Listen(cfg.HTTPListen, admin.Config{Source: src, Metrics: m.Handler(), Logger: cfg.Logger})
 		if err != nil {
@@ -163,6 +168,25 @@ func Start(cfg Config) (*App, error) {
 	go func() { a.done <- srv.Serve(ln) }()
 	return a, nil
 }
+
+// highWatermark looks up a partition's high watermark in the broker.
+func highWatermark(b *broker.Broker) func(string, int32) (int64, bool) {
+	return func(topic string, partition int32) (int64, bool) {
+		t, ok := b.Topic(topic)
+		if !ok {
+			return 0, false
+		}
+		l := t.Partition(partition)
+		if l == nil {
+			return 0, false
+		}
+		return l.HighWatermark(), true
+	}
+}
+
+// Inspect is the read-only view of the groups and their rebalance
+// histories, for the admin side.
+func (a *App) Inspect() inspect.Source { return a.coord }
 
 // Addr is the address the listener is bound to.
 func (a *App) Addr() string { return a.ln.Addr().String() }

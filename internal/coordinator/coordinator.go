@@ -24,6 +24,11 @@
 //
 // Handle splits requests that name groups of several shards (DescribeGroups,
 // DeleteGroups, OffsetFetch v8+, ListGroups) and merges the answers.
+//
+// The coordinator is also an inspect.Source: read-only views of its groups
+// and their rebalance histories, copied out on each shard's own loop. It
+// completes every finished rebalance (commit gaps from the broker's high
+// watermarks), logs it and tells the Observer before its record is written.
 package coordinator
 
 import (
@@ -59,6 +64,12 @@ type Config struct {
 	// ids are not reused across restarts; 0 means the wall-clock time at
 	// start.
 	Seed uint64
+	// HighWatermark looks up a partition's high watermark, for the lag
+	// and commit gaps the inspect methods and rebalance records report.
+	// It must be safe for concurrent use; nil leaves them unknown.
+	HighWatermark func(topic string, partition int32) (int64, bool)
+	// Observer, if set, is told of finished rebalances and store writes.
+	Observer Observer
 }
 
 // Coordinator serves the group APIs over sharded group machines.
@@ -148,14 +159,6 @@ func (c *Coordinator) Close() error {
 		}
 	})
 	return nil
-}
-
-// History returns a group's rebalance history (nil if the group is unknown
-// or its shard is not serving).
-func (c *Coordinator) History(groupID string) []group.Rebalance {
-	var h []group.Rebalance
-	c.shardOf(groupID).runFunc(func(m *group.Machine) { h = m.History(groupID) })
-	return h
 }
 
 // barrier waits until every shard has released the replies of all events

@@ -91,6 +91,7 @@ type held struct {
 // shard owns one group.Machine. Only its loop goroutine touches the fields
 // below the queue; other goroutines talk to it through the queue.
 type shard struct {
+	cfg      *Config
 	id       int
 	store    store.Store
 	clock    Clock
@@ -143,6 +144,7 @@ type shard struct {
 
 func newShard(id int, cfg *Config, gcfg group.Config) *shard {
 	return &shard{
+		cfg:      cfg,
 		id:       id,
 		store:    cfg.Store,
 		clock:    cfg.Clock,
@@ -264,7 +266,9 @@ func (s *shard) run() {
 // replies of each as soon as it is durable. It leaves failures to the loop.
 func (s *shard) writer() {
 	for b := range s.toWrite {
+		start := time.Now()
 		b.err = s.store.Apply(b.recs)
+		s.observeWrite(start, len(b.recs), b.err)
 		if b.err == nil {
 			b.release()
 		}
@@ -428,6 +432,9 @@ func (s *shard) process(evs []event) bool {
 
 // collect adds one step's effects to the current batch.
 func (s *shard) collect(out group.Output) {
+	if len(out.Rebalances) > 0 {
+		s.finishRebalances(out.Rebalances)
+	}
 	s.applyTimers(out.Timers)
 	s.cur.recs = append(s.cur.recs, out.Records...)
 	for _, r := range out.Replies {

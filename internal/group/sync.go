@@ -1,7 +1,11 @@
 package group
 
 import (
+	"strings"
+
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/groupd/groupd/internal/inspect"
 )
 
 // emptyConsumerAssignment is a serialized ConsumerMemberAssignment with no
@@ -29,6 +33,9 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 		return
 	}
 	if code := g.validateMember(req.MemberID, instanceID); code != 0 {
+		if code == errUnknownMemberID {
+			m.heardFromDeparted(g, req.MemberID)
+		}
 		m.replySyncError(p, code)
 		return
 	}
@@ -44,6 +51,7 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 		return
 	}
 	mem := g.members[req.MemberID]
+	mem.lastSeen = m.now
 	switch g.state {
 	case PreparingRebalance:
 		m.replySyncError(p, errRebalanceInProgress)
@@ -74,12 +82,13 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 		// The record carries the assignment; every reply below waits for
 		// it, which is Kafka's "propagate on append success".
 		m.record(m.metadataRecord(g, assignments))
+		m.assignmentAccepted(g, assignments)
 		for id, a := range assignments {
 			g.members[id].assignment = a
 		}
 		m.propagateAssignment(g, 0)
 		g.transition(m.now, Stable)
-		m.closeRebalance(g, "stable")
+		m.maybeEndRebalance(g)
 	case Stable:
 		delete(g.pendingSync, mem.id)
 		resp := kmsg.NewPtrSyncGroupResponse()
@@ -88,6 +97,8 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 		resp.Protocol = optStr(g.protocol)
 		resp.MemberAssignment = mem.assignment
 		m.reply(r.ID, resp)
+		m.delivered(g, mem)
+		m.maybeEndRebalance(g)
 	default:
 		m.replySyncError(p, errUnknownMemberID)
 	}
@@ -107,6 +118,9 @@ func (m *Machine) heartbeat(r Request, req *kmsg.HeartbeatRequest) {
 		return
 	}
 	if code := g.validateMember(req.MemberID, instanceID); code != 0 {
+		if code == errUnknownMemberID {
+			m.heardFromDeparted(g, req.MemberID)
+		}
 		resp.ErrorCode = code
 		return
 	}
@@ -120,11 +134,18 @@ func (m *Machine) heartbeat(r Request, req *kmsg.HeartbeatRequest) {
 		resp.ErrorCode = errUnknownMemberID
 	case PreparingRebalance:
 		m.schedule(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: mem.id}, mem.session)
+		mem.lastSeen = m.now
+		if mem.gaveUp.IsZero() && g.eager(mem) {
+			// An eager member revokes everything as it learns this;
+			// a cooperative one goes on consuming until it rejoins.
+			mem.gaveUp = m.now
+		}
 		resp.ErrorCode = errRebalanceInProgress
 	default:
 		// CompletingRebalance answers NONE, not REBALANCE_IN_PROGRESS as
 		// the old Javadoc says (Kafka PR #8834).
 		m.schedule(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: mem.id}, mem.session)
+		mem.lastSeen = m.now
 	}
 }
 
@@ -142,6 +163,7 @@ func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
 	g := m.groups[req.Group]
 	var results []kmsg.LeaveGroupResponseMember
 	var leaving []*member
+	var byAdmin []bool
 	pendingRemoved := false
 	for _, lm := range members {
 		res := kmsg.NewLeaveGroupResponseMember()
@@ -159,6 +181,7 @@ func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
 			if id, ok := g.static[instanceID]; ok {
 				res.MemberID = id
 				leaving = append(leaving, g.members[id])
+				byAdmin = append(byAdmin, true)
 			} else {
 				res.ErrorCode = errUnknownMemberID
 			}
@@ -171,6 +194,7 @@ func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
 				res.ErrorCode = code
 			} else {
 				leaving = append(leaving, g.members[lm.MemberID])
+				byAdmin = append(byAdmin, lm.Reason != nil && strings.Contains(*lm.Reason, adminLeaveReason))
 			}
 		}
 		results = append(results, res)
@@ -183,22 +207,29 @@ func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
 	if g == nil {
 		return
 	}
-	removed := ""
-	var removedIDs []string
-	for _, mem := range leaving {
+	why := reason{trigger: inspect.TriggerMemberLeft}
+	for i, mem := range leaving {
 		if _, ok := g.members[mem.id]; !ok {
 			continue // named twice
 		}
-		if removed == "" {
-			removed = mem.id
+		if why.who == nil {
+			why.who = mem
+			if byAdmin[i] {
+				why.trigger = inspect.TriggerAdminRemoved
+			}
 		}
-		removedIDs = append(removedIDs, mem.id)
-		m.removeMember(g, mem, errUnknownMemberID)
+		why.removed = append(why.removed, mem.id)
+		m.removeMember(g, mem, errUnknownMemberID, m.now)
 	}
 	switch {
-	case removed != "" && (g.state == Stable || g.state == CompletingRebalance):
-		m.prepareRebalance(g, reason{TriggerMemberLeave, removed, removedIDs})
-	case (removed != "" || pendingRemoved) && g.state == PreparingRebalance:
+	case why.who != nil && (g.state == Stable || g.state == CompletingRebalance):
+		m.prepareRebalance(g, why)
+	case (why.who != nil || pendingRemoved) && g.state == PreparingRebalance:
 		m.maybeCompleteJoinPhase(g)
 	}
 }
+
+// adminLeaveReason is in the reason (KIP-800) of every LeaveGroup that
+// Kafka's admin client sends to remove members, whether it names them by
+// instance id or by member id. A member leaving by itself says otherwise.
+const adminLeaveReason = "removed by an admin"

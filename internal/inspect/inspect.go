@@ -3,7 +3,8 @@
 // JSON API, the status page, the Prometheus metrics and the rebalance log
 // line. They are plain values, copied out of the shard that owns the group,
 // so a reader can keep them as long as it likes without touching group
-// state.
+// state. The slices of a finished Rebalance are shared by every reader of
+// it (a finished record never changes), so readers must not modify them.
 //
 // The JSON field names are the admin API's (GET /api/v1/groups...); they are
 // snake_case and stable, since scripts and the groups CLI read them.
@@ -42,6 +43,10 @@ const (
 	TriggerCoordinatorLoaded    = "coordinator-loaded"
 	TriggerPendingSyncTimeout   = "pending-sync-timeout"
 	TriggerGroupOversized       = "group-oversized"
+	// TriggerCooperativeFollowUp is a cooperative member rejoining after
+	// it revoked the partitions the previous rebalance took from it, so
+	// that they can be handed to their new owners.
+	TriggerCooperativeFollowUp = "cooperative-follow-up"
 )
 
 // GroupSummary is one line of the group list.
@@ -116,6 +121,8 @@ type PartitionOffset struct {
 // for, and what it cost each partition that changed owner.
 type Rebalance struct {
 	Group string `json:"group"`
+	// Seq numbers the group's rebalances from 1, in order.
+	Seq uint64 `json:"seq"`
 	// Protocol is ProtocolEager, ProtocolCooperative or ProtocolConsumer.
 	Protocol string `json:"protocol"`
 	// GenerationBefore and GenerationAfter are classic generations or
@@ -136,10 +143,14 @@ type Rebalance struct {
 	MembersIn  []string `json:"members_in"`
 	MembersOut []string `json:"members_out"`
 	// WaitedFor lists the members the join phase waited for, the longest
-	// wait first: the first is the straggler that held the rebalance.
+	// wait first: the first is the straggler that held the rebalance. It
+	// holds at most MaxWaits entries.
 	WaitedFor []Wait `json:"waited_for"`
 	// Moved lists every partition that changed owner, sorted by topic and
-	// partition.
+	// partition. Under the eager protocol every member gives up all its
+	// partitions when it rejoins, so every assigned partition was paused:
+	// Moved then also lists those handed back to their owner (From ==
+	// To).
 	Moved []Move `json:"moved"`
 	// Outcome is "stable", "empty", "restarted" (a new rebalance began
 	// before this one ended) or "" while in progress.
@@ -158,10 +169,19 @@ type MemberRef struct {
 	ClientHost string `json:"client_host"`
 }
 
-// Wait is how long a rebalance waited for one member.
+// MaxWaits bounds Rebalance.WaitedFor: a rebalance of thousands of members
+// keeps only its longest waits.
+const MaxWaits = 16
+
+// Wait is how long a rebalance waited for one member: from the rebalance's
+// start to the member's JoinGroup.
 type Wait struct {
 	Member   string `json:"member"`
 	WaitedMs int64  `json:"waited_ms"`
+	// Rejoined is false for a member that had not sent JoinGroup when
+	// the join phase ended (it was removed, unless static): its wait is
+	// the whole join phase.
+	Rejoined bool `json:"rejoined"`
 }
 
 // Move is one partition that changed owner in a rebalance.
@@ -176,10 +196,33 @@ type Move struct {
 	// (or was last heard from, if it died) until the new owner received
 	// it.
 	PauseMs int64 `json:"pause_ms"`
+	// Committed is the group's committed offset for the partition when
+	// the new owner received it; -1 when there was none.
+	Committed int64 `json:"committed"`
 	// CommitGap is the high watermark minus the group's committed offset
 	// at hand-off: records the new owner may read again that the old one
 	// may already have processed. -1 when unknown.
 	CommitGap int64 `json:"commit_gap"`
+}
+
+// Changed counts the moves whose owner changed (From != To).
+func (r *Rebalance) Changed() int {
+	n := 0
+	for _, m := range r.Moved {
+		if m.From != m.To {
+			n++
+		}
+	}
+	return n
+}
+
+// MaxPause is the longest pause of any partition the rebalance moved.
+func (r *Rebalance) MaxPause() time.Duration {
+	var longest int64
+	for _, m := range r.Moved {
+		longest = max(longest, m.PauseMs)
+	}
+	return time.Duration(longest) * time.Millisecond
 }
 
 // Source is what the admin API, the status page and the metrics read. The
