@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/groupd/groupd/internal/admin"
-	"github.com/groupd/groupd/internal/group"
 	"github.com/groupd/groupd/internal/inspect"
 	"github.com/groupd/groupd/internal/store"
 )
@@ -225,24 +224,13 @@ func TestRebalanceReported(t *testing.T) {
 	check("after restart", history(newEnv(t, st.Crash()), "g"))
 }
 
-// gatedStore holds every shard's load until it is opened.
-type gatedStore struct {
-	*store.Memory
-	open chan struct{}
-}
-
-func (g *gatedStore) Load(shard int, fn func(group.Record) error) error {
-	<-g.open
-	return g.Memory.Load(shard, fn)
-}
-
 // TestInspectUnavailable checks that the reads fail with an error matching
 // inspect.ErrUnavailable while the shards load and after the coordinator
 // closed, so that the admin API answers 503 with Retry-After rather than
 // 500.
 func TestInspectUnavailable(t *testing.T) {
-	gs := &gatedStore{Memory: store.NewMemoryShards(testShards), open: make(chan struct{})}
-	e := newEnvLoading(t, gs)
+	bs := &blockingStore{Memory: store.NewMemoryShards(testShards), release: make(chan struct{})}
+	e := newEnvLoading(t, bs)
 	h := admin.Handler(admin.Config{Source: e.c, Logger: slog.New(slog.DiscardHandler)})
 	unavailable := func(when string) {
 		t.Helper()
@@ -265,7 +253,7 @@ func TestInspectUnavailable(t *testing.T) {
 		}
 	}
 	unavailable("while loading")
-	close(gs.open)
+	close(bs.release)
 	e.waitReady()
 	if _, err := e.c.Groups(context.Background()); err != nil {
 		t.Fatalf("Groups once loaded: %v", err)
