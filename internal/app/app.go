@@ -152,11 +152,11 @@ func Start(cfg Config) (*App, error) {
 	})
 	a := &App{broker: b, store: st, coord: coord, srv: srv, ln: ln, adv: net.JoinHostPort(host, strconv.Itoa(int(port))), done: make(chan error, 1)}
 	if m != nil {
-		// What the admin API, the page and the group gauges read; until
-		// the coordinator provides it, the API answers 503.
-		var src inspect.Source = coord
-		m.SetSource(src)
-		a.http, err = admin.Listen(cfg.HTTPListen, admin.Config{Source: src, Metrics: m.Handler(), Logger: cfg.Logger})
+		// The coordinator is what the admin API, the page and the group
+		// gauges read. While its shards load it answers with an error
+		// matching inspect.ErrUnavailable, which the API serves as 503.
+		m.SetSource(coord)
+		a.http, err = admin.Listen(cfg.HTTPListen, admin.Config{Source: coord, Metrics: m.Handler(), Logger: cfg.Logger})
 		if err != nil {
 			ln.Close()
 			coord.Close()

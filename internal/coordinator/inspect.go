@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -24,8 +25,9 @@ type Observer interface {
 }
 
 // ErrNotServing is returned by the inspect methods for a group whose shard
-// is loading or closed.
-var ErrNotServing = errors.New("coordinator: shard not serving (loading or closed)")
+// is loading or closed. It matches inspect.ErrUnavailable, so that readers
+// of an inspect.Source know to try again.
+var ErrNotServing = fmt.Errorf("coordinator: shard not serving (loading or closed): %w", inspect.ErrUnavailable)
 
 var _ inspect.Source = (*Coordinator)(nil)
 

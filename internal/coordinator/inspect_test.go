@@ -2,14 +2,20 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/groupd/groupd/internal/admin"
 	"github.com/groupd/groupd/internal/inspect"
 	"github.com/groupd/groupd/internal/store"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // recorder is an Observer that keeps what it is told.
@@ -132,7 +138,8 @@ func TestRebalanceReported(t *testing.T) {
 	})).(*kmsg.SyncGroupResponse).ErrorCode, 0)
 	code(t, "sync b", e.wait(sb).(*kmsg.SyncGroupResponse).ErrorCode, 0)
 
-	want := inspect.Move{Topic: "orders", Partition: 0, From: a.MemberID, To: b.MemberID, PauseMs: 500, Committed: 40, CommitGap: 60}
+	want := inspect.Move{Topic: "orders", Partition: 0, From: a.MemberID, To: b.MemberID, PauseMs: 500,
+		ReleasedAt: epoch.Add(4 * time.Second), AssignedAt: epoch.Add(4500 * time.Millisecond), Committed: 40, CommitGap: 60}
 	check := func(what string, rs []inspect.Rebalance) {
 		t.Helper()
 		if len(rs) != 2 {
@@ -176,8 +183,9 @@ func TestRebalanceReported(t *testing.T) {
 	if err != nil || len(gs) != 1 {
 		t.Fatalf("Groups: %+v %v", gs, err)
 	}
-	if s := gs[0]; s.Group != "g" || s.State != "Stable" || s.Members != 2 || s.Generation != 2 || s.Lag != 60 ||
-		s.Rebalances != 2 || s.LastRebalance == nil || s.LastRebalance.Seq != 2 {
+	if s := gs[0]; s.Group != "g" || s.State != "Stable" || s.MemberCount != 2 || s.Generation != 2 || s.Lag != 60 ||
+		s.Rebalances != 2 || s.LastRebalance == nil || s.LastRebalance.Seq != 2 ||
+		s.LastRebalance.MovedCount != 1 || s.LastRebalance.MaxPauseMs != 500 || s.LastRebalance.CommitGap != 60 {
 		t.Fatalf("summary %+v", s)
 	}
 	g, ok, err := e.c.Group(ctx, "g")
@@ -214,4 +222,42 @@ func TestRebalanceReported(t *testing.T) {
 	// The history is durable: a new coordinator over what was stored has
 	// the same records, commit gaps included.
 	check("after restart", history(newEnv(t, st.Crash()), "g"))
+}
+
+// TestInspectUnavailable checks that the reads fail with an error matching
+// inspect.ErrUnavailable while the shards load and after the coordinator
+// closed, so that the admin API answers 503 with Retry-After rather than
+// 500.
+func TestInspectUnavailable(t *testing.T) {
+	bs := &blockingStore{Memory: store.NewMemoryShards(testShards), release: make(chan struct{})}
+	e := newEnvLoading(t, bs)
+	h := admin.Handler(admin.Config{Source: e.c, Logger: slog.New(slog.DiscardHandler)})
+	unavailable := func(when string) {
+		t.Helper()
+		ctx := context.Background()
+		_, err1 := e.c.Groups(ctx)
+		_, _, err2 := e.c.Group(ctx, "g")
+		_, _, err3 := e.c.Rebalances(ctx, "g")
+		for i, err := range []error{err1, err2, err3} {
+			if !errors.Is(err, inspect.ErrUnavailable) {
+				t.Errorf("%s: read %d: %v, want one matching inspect.ErrUnavailable", when, i, err)
+			}
+		}
+		for _, path := range []string{"/api/v1/groups", "/api/v1/groups/g", "/api/v1/groups/g/rebalances"} {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "http://groupd"+path, nil))
+			if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" ||
+				!strings.Contains(rec.Body.String(), "loading its groups") {
+				t.Errorf("%s: GET %s: %d Retry-After %q %s", when, path, rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+			}
+		}
+	}
+	unavailable("while loading")
+	close(bs.release)
+	e.waitReady()
+	if _, err := e.c.Groups(context.Background()); err != nil {
+		t.Fatalf("Groups once loaded: %v", err)
+	}
+	e.c.Close()
+	unavailable("after close")
 }

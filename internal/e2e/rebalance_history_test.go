@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"reflect"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/groupd/groupd/internal/app"
@@ -21,9 +24,11 @@ import (
 // The rebalance history seen from both sides: franz-go members go through
 // joins, a clean stop, a kill and a member that sleeps past its rebalance
 // timeout, each recording its own OnPartitionsAssigned/Revoked/Lost
-// callbacks; the coordinator's records must name each rebalance's trigger
-// and member, and every partition's pause must agree with what the
-// callbacks saw.
+// callbacks; the coordinator's records, read through the admin API
+// (GET /api/v1/groups/{group}/rebalances), must name each rebalance's
+// trigger and member, and every partition's pause must agree with what
+// the callbacks saw. groupd's /metrics must count the same rebalances and
+// pauses.
 
 const (
 	histPartitions = 6
@@ -291,11 +296,12 @@ func TestRebalanceHistory(t *testing.T) {
 }
 
 func runHistoryScenario(t *testing.T, protocol string, bal func() kgo.GroupBalancer) {
-	a := startServer(t, t.TempDir(), func(c *app.Config) {
+	a := startServer(t, t.TempDir(), withHTTP, func(c *app.Config) {
 		c.Group.InitialRebalanceDelay = 200 * time.Millisecond
 		c.Group.MinSessionTimeout = 500 * time.Millisecond
 	})
-	addr, src := a.Addr(), a.Inspect()
+	addr, src := a.Addr(), httpAdmin(a.HTTPAddr())
+	metricsBefore := scrape(t, a.HTTPAddr())
 	const topic, groupID = "hist", "hist-group"
 	createTopic(t, addr, topic, histPartitions)
 	tl := &timeline{}
@@ -432,6 +438,99 @@ func runHistoryScenario(t *testing.T, protocol string, bal func() kgo.GroupBalan
 		}
 	}
 	t.Logf("%d pauses agree with the clients within %v", compared, pauseTolerance)
+
+	// The API serves what the coordinator holds.
+	direct := rebalancesOf(t, a.Inspect(), groupID)
+	if got, want := mustJSON(t, all), mustJSON(t, direct); got != want {
+		t.Errorf("the admin API's history differs from the coordinator's:\n%s\n%s", got, want)
+	}
+	checkScenarioMetrics(t, a.HTTPAddr(), src, metricsBefore, groupID, len(live))
+}
+
+// withHTTP turns groupd's HTTP side on, on a free port.
+func withHTTP(c *app.Config) { c.HTTPListen, c.MetricsMaxGroups = "127.0.0.1:0", 10 }
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// checkScenarioMetrics checks that /metrics counted the group's finished
+// rebalances, by protocol and trigger, and the pause of each partition they
+// moved, exactly; and that the request, connection and store counters
+// moved since before.
+func checkScenarioMetrics(t *testing.T, httpAddr string, src inspect.Source, before map[string]*dto.MetricFamily, groupID string, members int) {
+	t.Helper()
+	// A history read on both sides of the scrape that did not change
+	// is what the scrape saw.
+	var rs []inspect.Rebalance
+	var after map[string]*dto.MetricFamily
+	waitFor(t, 10*time.Second, "a scrape between two equal histories", func() (bool, string) {
+		rs = rebalancesOf(t, src, groupID)
+		after = scrape(t, httpAddr)
+		again := rebalancesOf(t, src, groupID)
+		return len(again) == len(rs) && again[len(again)-1].EndedAt != nil, fmt.Sprintf("%d then %d rebalances", len(rs), len(again))
+	})
+	type key struct{ protocol, trigger string }
+	rebalances, durations, pauses := map[key]int{}, map[string]int{}, map[string]int{}
+	for _, r := range rs {
+		if r.EndedAt == nil {
+			continue
+		}
+		rebalances[key{r.Protocol, r.Trigger}]++
+		durations[r.Protocol]++
+		pauses[r.Protocol] += len(r.Moved)
+	}
+	for k, n := range rebalances {
+		if got := metricValue(after, "groupd_rebalances_total", "protocol", k.protocol, "trigger", k.trigger); got != float64(n) {
+			t.Errorf("groupd_rebalances_total{protocol=%q,trigger=%q} = %v, the history has %d", k.protocol, k.trigger, got, n)
+		}
+	}
+	if got, want := metricValue(after, "groupd_rebalances_total"), float64(len(rs)); got != want {
+		t.Errorf("groupd_rebalances_total = %v in all, the history has %v", got, want)
+	}
+	for protocol, n := range durations {
+		if got := metricValue(after, "groupd_rebalance_duration_seconds", "protocol", protocol); got != float64(n) {
+			t.Errorf("groupd_rebalance_duration_seconds{protocol=%q} counts %v, the history has %d rebalances", protocol, got, n)
+		}
+		if got := metricValue(after, "groupd_partition_pause_seconds", "protocol", protocol); got != float64(pauses[protocol]) {
+			t.Errorf("groupd_partition_pause_seconds{protocol=%q} counts %v, the history moved %d partitions", protocol, got, pauses[protocol])
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		labels []string
+	}{
+		{"groupd_requests_total", []string{"api", "JoinGroup"}},
+		{"groupd_requests_total", []string{"api", "SyncGroup"}},
+		{"groupd_requests_total", []string{"api", "Heartbeat"}},
+		{"groupd_requests_total", []string{"api", "LeaveGroup"}},
+		{"groupd_requests_total", []string{"api", "OffsetCommit"}},
+		{"groupd_requests_total", []string{"api", "Fetch"}},
+		{"groupd_requests_total", []string{"api", "Produce"}},
+		{"groupd_request_duration_seconds", []string{"api", "JoinGroup"}},
+		{"groupd_connections_opened_total", nil},
+		{"groupd_coordinator_store_write_seconds", nil},
+		{"groupd_coordinator_store_records_written_total", nil},
+	} {
+		was, is := metricValue(before, c.name, c.labels...), metricValue(after, c.name, c.labels...)
+		if is <= was {
+			t.Errorf("%s%v did not move: %v before the scenario, %v after", c.name, c.labels, was, is)
+		}
+	}
+	if got := metricValue(after, "groupd_connections_open"); got < float64(members) {
+		t.Errorf("groupd_connections_open = %v with %d members connected", got, members)
+	}
+	if got := metricValue(after, "groupd_group_members", "group", groupID); got != float64(members) {
+		t.Errorf("groupd_group_members{group=%q} = %v, want %d", groupID, got, members)
+	}
+	if got := metricValue(after, "groupd_groups", "state", "Stable", "type", "classic"); got != 1 {
+		t.Errorf("groupd_groups{state=Stable,type=classic} = %v, want 1", got)
+	}
 }
 
 // slowConn delays every write: the requests of a client on a slow or
@@ -452,11 +551,11 @@ func (c slowConn) Write(b []byte) (int, error) {
 // the member, its session timeout and the gap it saw.
 func TestRebalanceStorm(t *testing.T) {
 	t.Parallel()
-	a := startServer(t, t.TempDir(), func(c *app.Config) {
+	a := startServer(t, t.TempDir(), withHTTP, func(c *app.Config) {
 		c.Group.InitialRebalanceDelay = 100 * time.Millisecond
 		c.Group.MinSessionTimeout = 500 * time.Millisecond
 	})
-	addr, src := a.Addr(), a.Inspect()
+	addr, src := a.Addr(), httpAdmin(a.HTTPAddr())
 	const topic, groupID = "storm", "storm-group"
 	createTopic(t, addr, topic, 2)
 	tl := &timeline{}
@@ -499,6 +598,11 @@ func TestRebalanceStorm(t *testing.T) {
 			if expired < group.DefaultConfig().StormCount {
 				t.Fatalf("storm flagged after %d session timeouts", expired)
 			}
+			// Counted once it ends.
+			waitFor(t, 10*time.Second, "the storm counted in /metrics", func() (bool, string) {
+				got := metricValue(scrape(t, a.HTTPAddr()), "groupd_rebalance_storms_total", "trigger", inspect.TriggerSessionTimeout)
+				return got >= 1, fmt.Sprintf("groupd_rebalance_storms_total{trigger=session-timeout} = %v", got)
+			})
 			t.Logf("storm at rebalance #%d: %s", r.Seq, r.StormCause)
 			return
 		}
@@ -515,7 +619,8 @@ func TestRebalanceStorm(t *testing.T) {
 
 // TestRebalanceHistorySurvivesRestart stops groupd after a few rebalances
 // and starts it again over the same data directory: the history reads back
-// the same, record for record.
+// the same through the admin API, record for record. The coordinator's
+// own view must be the same too.
 func TestRebalanceHistorySurvivesRestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -523,34 +628,42 @@ func TestRebalanceHistorySurvivesRestart(t *testing.T) {
 		c.Group.InitialRebalanceDelay = 100 * time.Millisecond
 		c.Group.MinSessionTimeout = 500 * time.Millisecond
 	}
-	a := startServer(t, dir, fast)
-	addr := a.Addr()
+	a := startServer(t, dir, fast, withHTTP)
+	addr, src := a.Addr(), httpAdmin(a.HTTPAddr())
 	const topic, groupID = "restart", "restart-group"
 	createTopic(t, addr, topic, histPartitions)
 	tl := &timeline{}
 	m1 := startHistMember(t, addr, topic, groupID, "m1", kgo.RangeBalancer(), tl)
-	waitHistSettled(t, a.Inspect(), groupID, tl, []string{"m1"}, "one member")
+	waitHistSettled(t, src, groupID, tl, []string{"m1"}, "one member")
 	m2 := startHistMember(t, addr, topic, groupID, "m2", kgo.RangeBalancer(), tl)
-	waitHistSettled(t, a.Inspect(), groupID, tl, []string{"m1", "m2"}, "two members")
+	waitHistSettled(t, src, groupID, tl, []string{"m1", "m2"}, "two members")
 	m2.stop()
 	m1.stop()
-	var before []inspect.Rebalance
+	var before, direct []inspect.Rebalance
 	waitFor(t, 10*time.Second, "the group to empty", func() (bool, string) {
-		before = rebalancesOf(t, a.Inspect(), groupID)
+		before = rebalancesOf(t, src, groupID)
 		last := before[len(before)-1]
 		return last.Outcome == "empty", fmt.Sprintf("last rebalance %+v", last)
 	})
+	direct = rebalancesOf(t, a.Inspect(), groupID)
 	stopServer(t, a)
 
-	b := startServer(t, dir, fast)
+	b := startServer(t, dir, fast, withHTTP)
 	var after []inspect.Rebalance
+	// Until its shards have loaded, the API answers 503.
 	waitFor(t, 10*time.Second, "the coordinator to load", func() (bool, string) {
-		rs, _, err := b.Inspect().Rebalances(context.Background(), groupID)
+		rs, _, err := httpAdmin(b.HTTPAddr()).Rebalances(context.Background(), groupID)
+		if err != nil && !errors.Is(err, inspect.ErrUnavailable) {
+			t.Fatalf("rebalances after restart: %v", err)
+		}
 		after = rs
 		return err == nil, fmt.Sprint(err)
 	})
 	if !reflect.DeepEqual(after, before) {
 		t.Fatalf("history after restart:\n%+v\nbefore:\n%+v", after, before)
+	}
+	if again := rebalancesOf(t, b.Inspect(), groupID); !reflect.DeepEqual(again, direct) {
+		t.Fatalf("the coordinator's history after restart:\n%+v\nbefore:\n%+v", again, direct)
 	}
 	if len(after) < 3 {
 		t.Fatalf("%d rebalances kept, want at least 3", len(after))

@@ -452,14 +452,17 @@ func (m *Machine) delivered(g *group, mem *member) {
 		if v, ok := g.offsets.get(topicPartition{pm.topic, pm.partition}); ok {
 			committed = v.offset
 		}
+		pause := max(now.Sub(msTime(pm.release)).Milliseconds(), 0)
 		cur.rec.Moved = append(cur.rec.Moved, inspect.Move{
-			Topic:     pm.topic,
-			Partition: pm.partition,
-			From:      pm.from,
-			To:        mem.id,
-			PauseMs:   max(now.Sub(msTime(pm.release)).Milliseconds(), 0),
-			Committed: committed,
-			CommitGap: -1,
+			Topic:      pm.topic,
+			Partition:  pm.partition,
+			From:       pm.from,
+			To:         mem.id,
+			PauseMs:    pause,
+			ReleasedAt: now.Add(-time.Duration(pause) * time.Millisecond),
+			AssignedAt: now,
+			Committed:  committed,
+			CommitGap:  -1,
 		})
 	}
 	mem.pending = nil
@@ -801,15 +804,15 @@ func (m *Machine) Rebalances(groupID string, now time.Time) (rs []inspect.Rebala
 	return rs, true
 }
 
-// lastRebalance is the group's newest rebalance, in progress or not.
-func (m *Machine) lastRebalance(g *group, now time.Time) *inspect.Rebalance {
+// lastRebalance summarizes the group's newest rebalance, in progress or
+// not.
+func (m *Machine) lastRebalance(g *group, now time.Time) *inspect.RebalanceSummary {
 	if g.cur != nil {
 		r := m.snapshot(g, g.cur, now, false)
-		return &r
+		return r.Summary()
 	}
 	if n := len(g.history); n > 0 {
-		r := *g.history[n-1]
-		return &r
+		return g.history[n-1].Summary()
 	}
 	return nil
 }

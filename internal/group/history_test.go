@@ -26,8 +26,9 @@ func sampleRebalance() *inspect.Rebalance {
 		MembersOut:       []string{"c-1"},
 		WaitedFor:        []inspect.Wait{{Member: "d-2", WaitedMs: 2400, Rejoined: true}, {Member: "e-3", WaitedMs: 0}},
 		Moved: []inspect.Move{
-			{Topic: "t", Partition: 0, From: "c-1", To: "d-2", PauseMs: 12000, Committed: 40, CommitGap: 7},
-			{Topic: "t", Partition: 3, To: "e-3", PauseMs: 2500, Committed: -1, CommitGap: -1},
+			{Topic: "t", Partition: 0, From: "c-1", To: "d-2", PauseMs: 12000, ReleasedAt: start.Add(-9600 * time.Millisecond),
+				AssignedAt: start.Add(2400 * time.Millisecond), Committed: 40, CommitGap: 7},
+			{Topic: "t", Partition: 3, To: "e-3", PauseMs: 2500, ReleasedAt: start, AssignedAt: end, Committed: -1, CommitGap: -1},
 		},
 		Outcome:    "stable",
 		Storm:      true,

@@ -41,7 +41,7 @@ func (m *Machine) summary(g *group, now time.Time) inspect.GroupSummary {
 		ProtocolType:  g.protocolType,
 		Protocol:      g.protocol,
 		Generation:    g.generation,
-		Members:       len(g.members),
+		MemberCount:   len(g.members),
 		Lag:           -1,
 		Rebalances:    n,
 		LastRebalance: m.lastRebalance(g, now),

@@ -576,6 +576,7 @@ func appendRebalance(b []byte, r *inspect.Rebalance) []byte {
 		b = appendString(b, mv.From)
 		b = appendString(b, mv.To)
 		b = binary.AppendVarint(b, mv.PauseMs)
+		b = binary.AppendVarint(b, mv.AssignedAt.UnixMilli()-r.StartedAt.UnixMilli())
 		b = binary.AppendVarint(b, mv.Committed)
 		b = binary.AppendVarint(b, mv.CommitGap)
 	}
@@ -628,12 +629,12 @@ func readRebalance(r *reader, group string, seq uint64) *inspect.Rebalance {
 	}
 	v.MembersIn = r.strings()
 	v.MembersOut = r.strings()
-	// A wait takes at least 3 bytes, a move at least 7.
+	// A wait takes at least 3 bytes, a move at least 8.
 	v.WaitedFor = make([]inspect.Wait, r.count(3))
 	for i := range v.WaitedFor {
 		v.WaitedFor[i] = inspect.Wait{Member: r.string(), WaitedMs: r.varint(), Rejoined: r.bool()}
 	}
-	v.Moved = make([]inspect.Move, r.count(7))
+	v.Moved = make([]inspect.Move, r.count(8))
 	for i := range v.Moved {
 		mv := &v.Moved[i]
 		mv.Topic = r.string()
@@ -641,6 +642,11 @@ func readRebalance(r *reader, group string, seq uint64) *inspect.Rebalance {
 		mv.From = r.string()
 		mv.To = r.string()
 		mv.PauseMs = r.varint()
+		// The release is the receipt less the pause, as the machine
+		// measured it.
+		assigned := v.StartedAt.UnixMilli() + r.varint()
+		mv.AssignedAt = time.UnixMilli(assigned).UTC()
+		mv.ReleasedAt = time.UnixMilli(assigned - mv.PauseMs).UTC()
 		mv.Committed = r.varint()
 		mv.CommitGap = r.varint()
 	}

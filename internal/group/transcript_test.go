@@ -792,7 +792,8 @@ func fmtRebalance(r *inspect.Rebalance, detail bool) string {
 		if from == "" {
 			from = "-"
 		}
-		s += fmt.Sprintf("\n  move %s.%d %s->%s pause=%dms committed=%d", mv.Topic, mv.Partition, from, mv.To, mv.PauseMs, mv.Committed)
+		s += fmt.Sprintf("\n  move %s.%d %s->%s pause=%dms @%d..%d committed=%d", mv.Topic, mv.Partition, from, mv.To, mv.PauseMs,
+			ms(mv.ReleasedAt), ms(mv.AssignedAt), mv.Committed)
 	}
 	if r.Storm {
 		s += "\n  storm: " + r.StormCause

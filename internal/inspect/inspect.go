@@ -12,6 +12,7 @@ package inspect
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -64,15 +65,18 @@ type GroupSummary struct {
 	Protocol string `json:"protocol"`
 	// Generation is the classic generation or the consumer group epoch.
 	Generation int32 `json:"generation"`
-	Members    int   `json:"members"`
+	// MemberCount is how many members the group has; the group's whole
+	// view lists them in Group.Members.
+	MemberCount int `json:"member_count"`
 	// Lag is the sum over the group's committed partitions of high
 	// watermark minus committed offset; -1 when unknown.
 	Lag int64 `json:"lag"`
 	// Rebalances counts the rebalances kept in the group's history.
 	Rebalances int `json:"rebalances"`
-	// LastRebalance is the newest rebalance, finished or not; nil if the
-	// group has none.
-	LastRebalance *Rebalance `json:"last_rebalance,omitempty"`
+	// LastRebalance is the newest rebalance, finished or not, without
+	// its lists (the group's history has them); nil if the group has
+	// none.
+	LastRebalance *RebalanceSummary `json:"last_rebalance,omitempty"`
 }
 
 // Group is a group's whole view.
@@ -194,8 +198,14 @@ type Move struct {
 	To   string `json:"to"`
 	// PauseMs runs from when the previous owner gave the partition up
 	// (or was last heard from, if it died) until the new owner received
-	// it.
+	// it: from ReleasedAt to AssignedAt.
 	PauseMs int64 `json:"pause_ms"`
+	// ReleasedAt is when the partition was given up, which can be before
+	// the rebalance started (a member that died was last heard from
+	// then); AssignedAt is when the new owner received it. AssignedAt is
+	// zero for a partition nobody took.
+	ReleasedAt time.Time `json:"released_at"`
+	AssignedAt time.Time `json:"assigned_at"`
 	// Committed is the group's committed offset for the partition when
 	// the new owner received it; -1 when there was none.
 	Committed int64 `json:"committed"`
@@ -225,9 +235,77 @@ func (r *Rebalance) MaxPause() time.Duration {
 	return time.Duration(longest) * time.Millisecond
 }
 
+// RebalanceSummary is a rebalance as the group list shows it: a
+// Rebalance's scalars and the counts of its lists, so that a list of many
+// groups does not carry every moved partition of each.
+type RebalanceSummary struct {
+	Seq              uint64     `json:"seq"`
+	Protocol         string     `json:"protocol"`
+	GenerationBefore int32      `json:"generation_before"`
+	GenerationAfter  int32      `json:"generation_after"`
+	StartedAt        time.Time  `json:"started_at"`
+	EndedAt          *time.Time `json:"ended_at"`
+	DurationMs       int64      `json:"duration_ms"`
+	Trigger          string     `json:"trigger"`
+	Member           *MemberRef `json:"member"`
+	MembersInCount   int        `json:"members_in_count"`
+	MembersOutCount  int        `json:"members_out_count"`
+	// Straggler is the member the join phase waited for longest
+	// (Rebalance.WaitedFor's first), if any.
+	Straggler *Wait `json:"straggler,omitempty"`
+	// MovedCount is len(Rebalance.Moved): the partitions paused.
+	// ChangedCount counts those whose owner changed (Rebalance.Changed).
+	MovedCount   int   `json:"moved_count"`
+	ChangedCount int   `json:"changed_count"`
+	MaxPauseMs   int64 `json:"max_pause_ms"`
+	// CommitGap sums the known commit gaps of the moved partitions.
+	CommitGap  int64  `json:"commit_gap"`
+	Outcome    string `json:"outcome"`
+	Storm      bool   `json:"storm"`
+	StormCause string `json:"storm_cause,omitempty"`
+}
+
+// Summary is the rebalance as the group list shows it.
+func (r *Rebalance) Summary() *RebalanceSummary {
+	s := &RebalanceSummary{
+		Seq:              r.Seq,
+		Protocol:         r.Protocol,
+		GenerationBefore: r.GenerationBefore,
+		GenerationAfter:  r.GenerationAfter,
+		StartedAt:        r.StartedAt,
+		EndedAt:          r.EndedAt,
+		DurationMs:       r.DurationMs,
+		Trigger:          r.Trigger,
+		Member:           r.Member,
+		MembersInCount:   len(r.MembersIn),
+		MembersOutCount:  len(r.MembersOut),
+		MovedCount:       len(r.Moved),
+		ChangedCount:     r.Changed(),
+		MaxPauseMs:       r.MaxPause().Milliseconds(),
+		Outcome:          r.Outcome,
+		Storm:            r.Storm,
+		StormCause:       r.StormCause,
+	}
+	if len(r.WaitedFor) > 0 {
+		w := r.WaitedFor[0]
+		s.Straggler = &w
+	}
+	for _, m := range r.Moved {
+		s.CommitGap += max(m.CommitGap, 0)
+	}
+	return s
+}
+
+// ErrUnavailable is what a Source's errors match (errors.Is) when it
+// cannot answer now but will soon: the coordinator is loading its groups
+// after a start, or is shutting down. The admin API answers it with 503
+// and Retry-After.
+var ErrUnavailable = errors.New("the group coordinator is not available")
+
 // Source is what the admin API, the status page and the metrics read. The
 // coordinator implements it, with the broker's high watermarks filled in.
-// ok is false for a group that does not exist.
+// ok is false for a group that does not exist. An error that matches
+// ErrUnavailable means: try again shortly.
 type Source interface {
 	Groups(ctx context.Context) ([]GroupSummary, error)
 	Group(ctx context.Context, group string) (g Group, ok bool, err error)

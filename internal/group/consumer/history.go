@@ -112,10 +112,11 @@ func (m *Machine) trackMoves(g *group, mem *member, oldAssigned partSet, wasReco
 		if g.current == nil {
 			return
 		}
-		mv := inspect.Move{Topic: m.topicName(id), Partition: p, To: mem.id, CommitGap: -1}
+		mv := inspect.Move{Topic: m.topicName(id), Partition: p, To: mem.id, CommitGap: -1, ReleasedAt: m.now, AssignedAt: m.now}
 		if wasReleased {
 			mv.From = rel.from
 			mv.PauseMs = m.now.Sub(rel.at).Milliseconds()
+			mv.ReleasedAt = rel.at
 		}
 		g.current.moves = append(g.current.moves, mv)
 	})
@@ -165,7 +166,7 @@ func (m *Machine) closeRebalance(g *group, outcome string) {
 		// Partitions given up that nobody took: their topic went away or
 		// nobody subscribes to it any more.
 		for k, rel := range g.released {
-			r.moves = append(r.moves, inspect.Move{Topic: m.topicName(k.id), Partition: k.p, From: rel.from, CommitGap: -1})
+			r.moves = append(r.moves, inspect.Move{Topic: m.topicName(k.id), Partition: k.p, From: rel.from, CommitGap: -1, ReleasedAt: rel.at})
 		}
 		g.released = nil
 	}

@@ -22,13 +22,12 @@ func (m *Machine) Summary(id string) (s inspect.GroupSummary, ok bool) {
 		ProtocolType: "consumer",
 		Protocol:     g.preferredAssignor(m.cfg.Assignors),
 		Generation:   g.epoch,
-		Members:      len(g.members),
+		MemberCount:  len(g.members),
 		Lag:          -1,
 		Rebalances:   len(g.history),
 	}
 	if rs := m.Rebalances(id); len(rs) > 0 {
-		last := rs[len(rs)-1]
-		s.LastRebalance = &last
+		s.LastRebalance = rs[len(rs)-1].Summary()
 	}
 	return s, true
 }

@@ -19,7 +19,7 @@ func TestViewAndUnload(t *testing.T) {
 	if !ok {
 		t.Fatal("no view")
 	}
-	if v.Type != "consumer" || v.State != "Stable" || v.Generation != 1 || v.GroupSummary.Members != 1 || v.Protocol != "uniform" || v.Rebalances != 1 || v.LastRebalance == nil {
+	if v.Type != "consumer" || v.State != "Stable" || v.Generation != 1 || v.MemberCount != 1 || v.Protocol != "uniform" || v.Rebalances != 1 || v.LastRebalance == nil {
 		t.Fatalf("summary %+v", v.GroupSummary)
 	}
 	mem := v.Members[0]
