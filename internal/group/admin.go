@@ -107,6 +107,10 @@ func (m *Machine) offsetDelete(r Request, req *kmsg.OffsetDeleteRequest) {
 	defer m.reply(r.ID, resp)
 	g := m.groups[req.Group]
 	switch {
+	case req.Group == "":
+		// Even for a group "" that offset commits created.
+		resp.ErrorCode = errInvalidGroupID
+		return
 	case g == nil || g.state == Dead:
 		resp.ErrorCode = errGroupIDNotFound
 		return

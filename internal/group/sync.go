@@ -23,6 +23,10 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 		m.replySyncError(p, errInconsistentProtocol)
 		return
 	}
+	if req.Group == "" {
+		m.replySyncError(p, errInvalidGroupID)
+		return
+	}
 	instanceID := ""
 	if req.Version >= 3 && req.InstanceID != nil {
 		instanceID = *req.InstanceID
@@ -108,6 +112,10 @@ func (m *Machine) heartbeat(r Request, req *kmsg.HeartbeatRequest) {
 	resp := kmsg.NewPtrHeartbeatResponse()
 	resp.Version = req.Version
 	defer m.reply(r.ID, resp)
+	if req.Group == "" {
+		resp.ErrorCode = errInvalidGroupID
+		return
+	}
 	instanceID := ""
 	if req.Version >= 3 && req.InstanceID != nil {
 		instanceID = *req.InstanceID
@@ -153,6 +161,10 @@ func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
 	resp := kmsg.NewPtrLeaveGroupResponse()
 	resp.Version = req.Version
 	defer m.reply(r.ID, resp)
+	if req.Group == "" {
+		resp.ErrorCode = errInvalidGroupID
+		return
+	}
 
 	members := req.Members
 	if req.Version < 3 {
