@@ -19,6 +19,7 @@ import (
 	"github.com/groupd/groupd/internal/app"
 	"github.com/groupd/groupd/internal/group"
 	"github.com/groupd/groupd/internal/partition"
+	"github.com/groupd/groupd/internal/store"
 )
 
 func main() {
@@ -78,6 +79,10 @@ func serveCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			a, err := app.Start(cfg)
+			var undecodable *store.UndecodableError
+			if errors.As(err, &undecodable) {
+				return fmt.Errorf("%w\nthe record is left in place; to start anyway, skipping every record that does not decode with a log line naming it, pass --skip-undecodable-records", err)
+			}
 			if err != nil {
 				return err
 			}
@@ -104,8 +109,9 @@ func serveCmd() *cobra.Command {
 	f.Int32Var(&cfg.DefaultPartitions, "default-partitions", 1, "partition count of auto-created topics and of CreateTopics without a count")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.Int32Var(&cfg.MaxRequestBytes, "max-request-bytes", 100<<20, "largest request frame accepted; larger frames close the connection")
-	f.StringVar(&fsync, "fsync", "always", "when partition logs are fsynced: always (before a produce is acknowledged), interval (every --fsync-interval), never (left to the OS)")
+	f.StringVar(&fsync, "fsync", "always", "when partition logs and coordinator records are fsynced: always (before a produce or commit is acknowledged), interval (every --fsync-interval), never (left to the OS)")
 	f.DurationVar(&cfg.Log.SyncInterval, "fsync-interval", time.Second, "fsync period for --fsync=interval")
+	f.BoolVar(&cfg.SkipUndecodableRecords, "skip-undecodable-records", false, "start even if coordinator records (offsets, group metadata) do not decode, skipping each with a log line; without it such a record stops the start")
 	f.Int64Var(&cfg.Log.SegmentBytes, "segment-bytes", 256<<20, "roll a partition's segment file after this many bytes")
 	g := group.DefaultConfig()
 	f.DurationVar(&cfg.Group.InitialRebalanceDelay, "group-initial-rebalance-delay", g.InitialRebalanceDelay, "how long a new or empty group waits for more members before its first rebalance completes (group.initial.rebalance.delay.ms); 0 or less disables it")
