@@ -109,4 +109,4 @@ type quietPebble struct{ t *testing.T }
 
 func (quietPebble) Infof(string, ...any)                {}
 func (q quietPebble) Errorf(format string, args ...any) { q.t.Logf(format, args...) }
-func (q quietPebble) Fatalf(format string, args ...any) { q.t.Fatalf(format, args...) }
+func (quietPebble) Fatalf(format string, args ...any)   { panic(fmt.Sprintf(format, args...)) }
