@@ -51,10 +51,10 @@ func (s *shard) attempted() {
 	}
 }
 
-// WaitLoad waits until every shard has made its first attempt to load its
-// records (or ctx ends), and returns the errors of the shards that cannot
-// load at all because a stored record does not decode; each names the
-// record's key. Such a shard has stopped. A shard whose load failed
+// WaitLoad waits until every shard has loaded its records or failed its
+// first attempt (or ctx ends), and returns the errors of the shards that
+// cannot load at all because a stored record does not decode; each names
+// the record's key. Such a shard has stopped. A shard whose load failed
 // otherwise (the store could not be read) keeps retrying with backoff,
 // logging each failure, and is not reported here.
 func (c *Coordinator) WaitLoad(ctx context.Context) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -115,6 +116,14 @@ func TestWaitLoadDoesNotWaitForTransientFailures(t *testing.T) {
 	default:
 	}
 	code(t, "heartbeat while retrying", e.do(heartbeatReq("g", "m", 1)).(*kmsg.HeartbeatResponse).ErrorCode, kerr.CoordinatorLoadInProgress.Code)
+	// A shard schedules its retry just after its first attempt ended.
+	deadline := time.Now().Add(hangGuard)
+	for e.clock.Pending() < testShards {
+		if time.Now().After(deadline) {
+			t.Fatal("shards did not schedule a retry")
+		}
+		runtime.Gosched()
+	}
 	e.clock.Advance(minRetry)
 	e.waitReady()
 }

@@ -514,9 +514,9 @@ func (s *shard) loadWithRetry(reload bool) bool {
 	backoff := minRetry
 	for {
 		err := s.load(reload)
-		s.attempted()
 		if err == nil {
 			s.setLoaded(true)
+			s.attempted()
 			// Events may have queued while loading; make sure the
 			// loop looks.
 			s.signal()
@@ -525,8 +525,10 @@ func (s *shard) loadWithRetry(reload bool) bool {
 		if undecodable(err) {
 			s.log.Error("a stored record does not decode; the shard stops and is not retried", "err", err)
 			s.failures.add(err)
+			s.attempted()
 			return false
 		}
+		s.attempted()
 		s.log.Error("loading shard failed; retrying (its groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile)", "err", err, "backoff", backoff)
 		retry := make(chan struct{})
 		stop := s.clock.AfterFunc(backoff, func() {
