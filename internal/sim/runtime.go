@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +17,7 @@ import (
 	coord "github.com/groupd/groupd/internal/coordinator"
 	"github.com/groupd/groupd/internal/group"
 	"github.com/groupd/groupd/internal/store"
+	"github.com/groupd/groupd/internal/store/storetest"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -58,7 +58,7 @@ type runtimeCoord struct {
 	up     bool
 	inc    int
 	disk   *vfs.MemFS
-	faults walFaults
+	faults storetest.WALFaults
 	cur    *incarnation
 
 	// Armed faults.
@@ -238,9 +238,9 @@ func (r *runtimeCoord) scheduleFold() {
 				w.count("fault.fold-failure")
 			}
 			w.count("run.fold")
-			r.faults.arm(mode)
+			r.faults.Arm(mode)
 			err := r.cur.st.Fold(0)
-			r.faults.arm(0)
+			r.faults.Arm(0)
 			switch {
 			case err != nil && mode == 0:
 				w.fail("store", "fold: "+err.Error())
@@ -587,9 +587,9 @@ func (g *gatedStore) Apply(recs []group.Record) error {
 			apply = append(apply, rec)
 		}
 	}
-	r.faults.arm(v.fail)
+	r.faults.Arm(v.fail)
 	err := g.st.Apply(apply)
-	r.faults.arm(0)
+	r.faults.Arm(0)
 	if err != nil {
 		in.guard(func() {
 			if v.fail == 0 {
@@ -673,28 +673,3 @@ func (g *gatedStore) crash() {
 	}
 	g.parked, g.seen = nil, 0
 }
-
-// walFaults fails the next write (1) or fsync (2) of a WAL file once
-// armed; nothing else on the filesystem fails.
-type walFaults struct{ armed atomic.Int32 }
-
-func (f *walFaults) arm(mode int) { f.armed.Store(int32(mode)) }
-
-func (f *walFaults) MaybeError(op errorfs.Op) error {
-	if !strings.HasSuffix(op.Path, ".log") {
-		return nil
-	}
-	switch op.Kind {
-	case errorfs.OpFileWrite, errorfs.OpFileWriteAt:
-		if f.armed.CompareAndSwap(1, 0) {
-			return errInjected
-		}
-	case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-		if f.armed.CompareAndSwap(2, 0) {
-			return errInjected
-		}
-	}
-	return nil
-}
-
-func (f *walFaults) String() string { return "walFaults" }

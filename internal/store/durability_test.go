@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/store/storetest"
 )
 
 // syncCountFS counts the fsyncs that reach WAL files below the store's own
@@ -152,30 +153,6 @@ func TestPebblePowerLossPerSyncPolicy(t *testing.T) {
 	}
 }
 
-// walFault fails the next write or fsync of a WAL file once armed.
-type walFault struct{ armed atomic.Int32 } // 1: write, 2: fsync
-
-var errInjected = errors.New("injected I/O error")
-
-func (w *walFault) MaybeError(op errorfs.Op) error {
-	if !strings.HasSuffix(op.Path, ".log") {
-		return nil
-	}
-	switch op.Kind {
-	case errorfs.OpFileWrite, errorfs.OpFileWriteAt:
-		if w.armed.CompareAndSwap(1, 0) {
-			return errInjected
-		}
-	case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-		if w.armed.CompareAndSwap(2, 0) {
-			return errInjected
-		}
-	}
-	return nil
-}
-
-func (w *walFault) String() string { return "walFault" }
-
 // TestPebbleFailedWALWriteReopens: pebble cannot go on after a failed WAL
 // write or fsync; the store fails that Apply, reopens the database from its
 // files and goes on. A batch whose write failed is gone; one whose fsync
@@ -184,12 +161,12 @@ func (w *walFault) String() string { return "walFault" }
 func TestPebbleFailedWALWriteReopens(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		mode int32
+		mode int
 		kept bool
-	}{{"write fails", 1, false}, {"fsync fails", 2, true}} {
+	}{{"write fails", storetest.FailWrite, false}, {"fsync fails", storetest.FailSync, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			mem := vfs.NewCrashableMem()
-			fault := &walFault{}
+			fault := &storetest.WALFaults{}
 			var logs bytes.Buffer
 			s, err := OpenPebble("db", Options{Shards: 1, Sync: true, FS: errorfs.Wrap(mem, fault),
 				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -200,7 +177,7 @@ func TestPebbleFailedWALWriteReopens(t *testing.T) {
 			if err := s.Apply([]group.Record{offsetRec("g", "t", 0, 1)}); err != nil {
 				t.Fatal(err)
 			}
-			fault.armed.Store(c.mode)
+			fault.Arm(c.mode)
 			err = s.Apply([]group.Record{offsetRec("g", "t", 1, 2)})
 			if !errors.Is(err, errDBFailed) {
 				t.Fatalf("Apply with a failing WAL = %v, want a database failure", err)
@@ -316,26 +293,14 @@ func TestPebbleManualFold(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	logEntries := func() int {
-		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: logPrefix(0), UpperBound: shardPrefix(1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer it.Close()
-		n := 0
-		for it.First(); it.Valid(); it.Next() {
-			n++
-		}
-		return n
-	}
-	if n := logEntries(); n != 50 {
+	if n := logEntries(t, s, 0); n != 50 {
 		t.Fatalf("%d log entries before Fold, want 50 (no background fold)", n)
 	}
 	before := loadAll(t, s, 1)
 	if err := s.Fold(0); err != nil {
 		t.Fatal(err)
 	}
-	if n := logEntries(); n != 0 {
+	if n := logEntries(t, s, 0); n != 0 {
 		t.Fatalf("%d log entries after Fold, want 0", n)
 	}
 	if after := loadAll(t, s, 1); !reflect.DeepEqual(after, before) {
@@ -347,7 +312,7 @@ func TestPebbleManualFold(t *testing.T) {
 // on the same broken WAL reopen the database once between them, and the
 // store serves afterwards.
 func TestPebbleConcurrentFailuresReopenOnce(t *testing.T) {
-	fault := &walFault{}
+	fault := &storetest.WALFaults{}
 	var logs bytes.Buffer
 	var logMu sync.Mutex
 	s, err := OpenPebble("db", Options{Shards: 4, Sync: true, FS: errorfs.Wrap(vfs.NewMem(), fault),
@@ -356,7 +321,7 @@ func TestPebbleConcurrentFailuresReopenOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	fault.armed.Store(2)
+	fault.Arm(storetest.FailSync)
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
