@@ -27,8 +27,9 @@ type Hooks struct {
 	// Applied is called once records are durable, before any reply that
 	// waited for them is released.
 	Applied func(shard int, recs []group.Record)
-	// Loaded is called when a shard has built a machine from the store:
-	// at start (reload false) or after a failed write (reload true).
+	// Loaded is called when a shard has tried to build a machine from
+	// the store, at start (reload false) or after a failed write (reload
+	// true): with the machine, or nil if the attempt failed.
 	Loaded func(shard int, m *group.Machine, reload bool)
 	// Idle is called when a shard's loop is about to wait. settled
 	// reports whether the records of every event stepped so far are

@@ -561,7 +561,14 @@ func (s *shard) loadWithRetry(reload bool) bool {
 }
 
 // load replays the shard's records into a fresh machine.
-func (s *shard) load(reload bool) error {
+func (s *shard) load(reload bool) (err error) {
+	if f := s.hooks.Loaded; f != nil {
+		defer func() {
+			if err != nil {
+				f(s.id, nil, reload)
+			}
+		}()
+	}
 	start := time.Now()
 	m := group.New(s.gcfg)
 	var recs []group.Record

@@ -30,6 +30,9 @@ type params struct {
 
 	// Largest timeouts of any process, for the liveness bound.
 	maxSession, maxRebalance, maxReqTimeout time.Duration
+	// settleSlack is what the coordinator itself may add to the time
+	// groups need to converge once faults stop.
+	settleSlack time.Duration
 }
 
 type faultKind int
@@ -320,7 +323,7 @@ func (w *world) enterQuiet() {
 // rebalance delay can stretch an empty group's first join phase.
 func (w *world) livenessBound() time.Duration {
 	p := w.p
-	return p.maxReqTimeout + p.maxSession + 2*p.maxRebalance + 2*max(p.initialDelay, 0) + 5*time.Second
+	return p.maxReqTimeout + p.maxSession + 2*p.maxRebalance + 2*max(p.initialDelay, 0) + p.settleSlack + 5*time.Second
 }
 
 // checkConverged polls convergence; once every group has converged it keeps
@@ -388,6 +391,9 @@ func (w *world) converged() (bool, string) {
 			if pr.alive && !pr.fatal {
 				live = append(live, pr)
 			}
+		}
+		if c.machine(g.id) == nil {
+			return false, fmt.Sprintf("group %s: its shard is loading", g.id)
 		}
 		st, gen := c.machine(g.id).GroupState(g.id)
 		if len(live) == 0 {

@@ -42,7 +42,8 @@ import (
 //     while, during which the shard goes on stepping later requests into
 //     the next batch), with a fault of its choosing: a failed WAL write or
 //     fsync, injected into pebble's filesystem, or a crash before or after
-//     the write is durable.
+//     the write is durable. Loads of the shard fail now and then too (the
+//     shard retries after a backoff on the simulation's clock).
 //   - The coordinator's clock is the simulation's: each timer is an event
 //     in the simulation's queue, run at its deadline.
 //   - The store folds its log only when the simulation says (ManualFold)
@@ -64,7 +65,14 @@ type runtimeCoord struct {
 	// Armed faults.
 	failNext  int // 1: the next write fails before reaching the log; 2: its fsync fails
 	crashNext int // 1: crash before the next write is durable; 2: after
+
+	loadFailP float64 // chance a load of the shard fails (the shard retries)
 }
+
+// loadRetryMax is the coordinator's longest wait between two attempts to
+// load a shard: what a load that failed just before the faults stopped
+// adds to the time the groups need to converge.
+const loadRetryMax = 10 * time.Second
 
 // incarnation is one run of the runtime, from a start to a crash.
 type incarnation struct {
@@ -116,6 +124,12 @@ func (r *runtimeCoord) machine(string) *group.Machine {
 }
 
 func (r *runtimeCoord) start() {
+	w := r.w
+	if w.p.storeFailP > 0 && w.chance(0.5) {
+		r.loadFailP = pick(w, []float64{0.1, 0.3})
+		w.p.settleSlack = loadRetryMax
+	}
+	w.logf("runtime loadFail=%.1f", r.loadFailP)
 	r.open("start")
 	r.scheduleFold()
 }
@@ -425,6 +439,15 @@ func (in *incarnation) hooks() coord.Hooks {
 				why := in.why
 				if reload {
 					why = "reload after failed write"
+				}
+				if m == nil {
+					// The shard answers LOAD_IN_PROGRESS and
+					// retries after a backoff.
+					w.count("run.coordinator-load-failed")
+					w.logf("coordinator %s: load failed", why)
+					return
+				}
+				if reload {
 					w.count("run.coordinator-reload")
 				}
 				w.logf("coordinator %s: loaded %d groups", why, len(m.Groups()))
@@ -556,9 +579,19 @@ var errCrashed = errors.New("sim: the coordinator process crashed")
 
 var _ store.Store = (*gatedStore)(nil)
 
+// Load fails now and then during the fault phase, as a store that cannot be
+// read for a while; the shard answers COORDINATOR_LOAD_IN_PROGRESS and
+// tries again after a backoff.
 func (g *gatedStore) Load(shard int, fn func(group.Record) error) error {
+	in := g.in
+	if w := in.r.w; !in.dead.Load() && !w.quiet && w.chance(in.r.loadFailP) {
+		w.count("fault.store-read-failure")
+		return errInjectedRead
+	}
 	return g.st.Load(shard, fn)
 }
+
+var errInjectedRead = errors.New("sim: injected read failure")
 
 func (g *gatedStore) Close() error { return nil }
 
