@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/groupd/groupd/internal/inspect"
 )
 
 func (m *Machine) describeGroups(r Request, req *kmsg.DescribeGroupsRequest) {
@@ -15,11 +17,16 @@ func (m *Machine) describeGroups(r Request, req *kmsg.DescribeGroupsRequest) {
 		dg.Group = id
 		dg.AuthorizedOperations = -2147483648
 		g := m.groups[id]
-		if g == nil {
+		if g == nil || g.consumer {
 			dg.State = Dead.String()
 			if req.Version >= 6 {
-				// KIP-1043: unknown groups are an error from v6.
+				// KIP-1043: unknown groups, and groups that are not
+				// classic, are an error from v6.
 				dg.ErrorCode = errGroupIDNotFound
+				if g != nil {
+					msg := "Group " + id + " is not a classic group."
+					dg.ErrorMessage = &msg
+				}
 			}
 			resp.Groups = append(resp.Groups, dg)
 			continue
@@ -56,25 +63,29 @@ func (m *Machine) listGroups(r Request, req *kmsg.ListGroupsRequest) {
 	for _, s := range req.StatesFilter {
 		states[strings.TrimFunc(javaLower(s), isJavaTrimmed)] = true
 	}
-	typeOK := len(req.TypesFilter) == 0
+	types := map[string]bool{}
 	for _, t := range req.TypesFilter {
-		if javaLower(t) == "classic" {
-			typeOK = true
-		}
-	}
-	if !typeOK {
-		return
+		types[javaLower(t)] = true
 	}
 	for _, id := range m.Groups() {
 		g := m.groups[id]
-		if len(states) > 0 && !states[strings.ToLower(g.state.String())] {
-			continue
-		}
 		lg := kmsg.NewListGroupsResponseGroup()
 		lg.Group = id
 		lg.ProtocolType = g.protocolType
 		lg.GroupState = g.state.String()
-		lg.GroupType = "classic"
+		lg.GroupType = inspect.TypeClassic
+		if g.consumer {
+			state, _ := m.cons.GroupState(id)
+			lg.ProtocolType = consumerProtocolType
+			lg.GroupState = state.String()
+			lg.GroupType = inspect.TypeConsumer
+		}
+		if len(types) > 0 && !types[lg.GroupType] {
+			continue
+		}
+		if len(states) > 0 && !states[strings.ToLower(lg.GroupState)] {
+			continue
+		}
 		resp.Groups = append(resp.Groups, lg)
 	}
 }
@@ -90,6 +101,12 @@ func (m *Machine) deleteGroups(r Request, req *kmsg.DeleteGroupsRequest) {
 		switch {
 		case g == nil || g.state == Dead:
 			dg.ErrorCode = errGroupIDNotFound
+		case g.consumer:
+			if m.cons.Members(id) > 0 {
+				dg.ErrorCode = errNonEmptyGroup
+				break
+			}
+			m.deleteConsumerGroup(g)
 		case g.state != Empty:
 			dg.ErrorCode = errNonEmptyGroup
 		default:
@@ -123,7 +140,7 @@ func (m *Machine) offsetDelete(r Request, req *kmsg.OffsetDeleteRequest) {
 	for _, t := range req.Topics {
 		rt := kmsg.NewOffsetDeleteResponseTopic()
 		rt.Topic = t.Topic
-		subscribed := g.isSubscribedToTopic(t.Topic)
+		subscribed := m.subscribed(g, t.Topic)
 		for _, p := range t.Partitions {
 			rp := kmsg.NewOffsetDeleteResponseTopicPartition()
 			rp.Partition = p.Partition

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/groupd/groupd/internal/group/consumer"
+	"github.com/groupd/groupd/internal/group/core"
 )
 
 // Config holds the broker-level settings of the classic protocol. Zero fields
@@ -40,6 +43,9 @@ type Config struct {
 	// seed that differs per load (see SeededMemberIDs). The machine retries
 	// if the id is already in use in the group.
 	NewMemberID func(prefix string) string
+	// Consumer configures the consumer (KIP-848) groups. Its
+	// CommittedOffset is the machine's own.
+	Consumer consumer.Config
 }
 
 // DefaultConfig returns Kafka 4.3's defaults.
@@ -112,14 +118,7 @@ func SequentialMemberIDs() func(string) string {
 // splitmix64 stream started at seed, so ids look like Kafka's UUID suffixes
 // while staying reproducible for a given seed.
 func SeededMemberIDs(seed uint64) func(string) string {
-	s := seed
-	next := func() uint64 {
-		s += 0x9e3779b97f4a7c15
-		z := s
-		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-		z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-		return z ^ (z >> 31)
-	}
+	next := core.SplitMix64(seed)
 	return func(prefix string) string {
 		return fmt.Sprintf("%s-%016x%016x", prefix, next(), next())
 	}

@@ -199,7 +199,11 @@ func (m *Machine) openRebalance(g *group, r reason) {
 		delete(cur.startMembers, r.who.id)
 	}
 	g.cur = cur
-	m.checkStorm(g, &cur.rec, r.who)
+	var session time.Duration
+	if r.who != nil {
+		session = r.who.session
+	}
+	m.checkStorm(g, &cur.rec, session)
 }
 
 // joinPhaseDone notes the end of the join phase: the generation it made,
@@ -547,9 +551,16 @@ func (m *Machine) closeRebalance(g *group, outcome string) {
 	end := msTime(m.now)
 	r.EndedAt = &end
 	r.Outcome = outcome
-	rp := &r
+	m.keepRebalance(g, &r)
+}
+
+// keepRebalance adds a finished rebalance to the group's history: written
+// to the store, handed to the runtime (which may fill in its commit gaps
+// before the record is written), and the oldest beyond HistorySize
+// tombstoned.
+func (m *Machine) keepRebalance(g *group, rp *inspect.Rebalance) {
 	g.history = append(g.history, rp)
-	m.record(Record{Type: RecordRebalance, Group: g.id, Seq: r.Seq, Rebalance: rp})
+	m.record(Record{Type: RecordRebalance, Group: g.id, Seq: rp.Seq, Rebalance: rp})
 	m.out.Rebalances = append(m.out.Rebalances, rp)
 	if over := len(g.history) - m.cfg.HistorySize; over > 0 {
 		for _, old := range g.history[:over] {
@@ -688,7 +699,7 @@ func (m *Machine) renameMember(g *group, oldID, newID string) {
 
 // checkStorm flags r when its trigger came from the same member (by
 // identity) at least StormCount times within StormWindow, counting r.
-func (m *Machine) checkStorm(g *group, r *inspect.Rebalance, who *member) {
+func (m *Machine) checkStorm(g *group, r *inspect.Rebalance, session time.Duration) {
 	if r.Member == nil {
 		return
 	}
@@ -705,7 +716,7 @@ func (m *Machine) checkStorm(g *group, r *inspect.Rebalance, who *member) {
 		return
 	}
 	r.Storm = true
-	r.StormCause = m.stormCause(g, r, who, id, n)
+	r.StormCause = m.stormCause(g, r, session, id, n)
 }
 
 // Storm causes. The cause is the first prefix, and the rest of the text
@@ -720,7 +731,7 @@ const (
 // stormCause names the likely cause of a storm from what the coordinator
 // saw of the member: removed for missing its session timeout, for not
 // rejoining within its rebalance timeout, or for not sending SyncGroup.
-func (m *Machine) stormCause(g *group, r *inspect.Rebalance, who *member, id string, n int) string {
+func (m *Machine) stormCause(g *group, r *inspect.Rebalance, session time.Duration, id string, n int) string {
 	window := m.cfg.StormWindow
 	cutoff := m.now.Add(-window)
 	var expired, late, noSync []*departure
@@ -758,10 +769,7 @@ func (m *Machine) stormCause(g *group, r *inspect.Rebalance, who *member, id str
 	}
 	switch {
 	case r.Trigger == inspect.TriggerSessionTimeout || len(expired) > 0:
-		var session, gap time.Duration
-		if who != nil {
-			session = who.session
-		}
+		var gap time.Duration
 		for _, d := range expired {
 			session = d.session
 			if !d.heardAt.IsZero() {
@@ -800,6 +808,11 @@ func (m *Machine) Rebalances(groupID string, now time.Time) (rs []inspect.Rebala
 	}
 	if g.cur != nil {
 		rs = append(rs, m.snapshot(g, g.cur, now, false))
+	}
+	if g.consumer {
+		if r, ok := m.consumerInProgress(g, now); ok {
+			rs = append(rs, r)
+		}
 	}
 	return rs, true
 }

@@ -21,7 +21,11 @@ func (m *Machine) Summaries(now time.Time, hwm HighWatermarks) []inspect.GroupSu
 	out := make([]inspect.GroupSummary, len(ids))
 	for i, id := range ids {
 		g := m.groups[id]
-		out[i] = m.summary(g, now)
+		if g.consumer {
+			out[i] = m.consumerSummary(g, now)
+		} else {
+			out[i] = m.summary(g, now)
+		}
 		if hwm != nil {
 			out[i].Lag = groupLag(g, hwm)
 		}
@@ -70,6 +74,9 @@ func (m *Machine) Describe(groupID string, now time.Time) (inspect.Group, bool) 
 	g := m.groups[groupID]
 	if g == nil {
 		return inspect.Group{}, false
+	}
+	if g.consumer {
+		return m.describeConsumer(g, now), true
 	}
 	v := inspect.Group{GroupSummary: m.summary(g, now), Members: []inspect.Member{}, Offsets: []inspect.PartitionOffset{}}
 	owners := map[topicPartition]string{}

@@ -77,6 +77,12 @@ func (m *Machine) joinGroup(r Request, req *kmsg.JoinGroupRequest) {
 
 	g := m.groups[req.Group]
 	isNewGroup := false
+	if g != nil && g.consumer {
+		if !m.classicJoinToConsumerGroup(g, p, req) {
+			return
+		}
+		g, isNewGroup = m.groups[req.Group], true
+	}
 	if g == nil {
 		if req.MemberID != "" {
 			m.replyJoinError(p, errUnknownMemberID, req.MemberID)

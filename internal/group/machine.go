@@ -5,28 +5,30 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/groupd/groupd/internal/group/consumer"
+	"github.com/groupd/groupd/internal/group/core"
 	"github.com/groupd/groupd/internal/inspect"
 )
 
-// RequestID is an opaque handle the caller attaches to each request; replies,
-// possibly released by a later Step, carry it back.
-type RequestID uint64
+// RequestID is an opaque handle the caller attaches to each request;
+// replies, possibly released by a later Step, carry it back.
+type RequestID = core.RequestID
 
-// Event is an input to Step: a Request, a Timer firing, ExpireOffsets or
-// Unload.
+// Event is an input to Step: a Request, a Timer firing, ExpireOffsets,
+// TopicsChanged or Unload.
 type Event interface{ isEvent() }
 
 // Request is a client request. Msg is one of *kmsg.JoinGroupRequest,
 // *kmsg.SyncGroupRequest, *kmsg.HeartbeatRequest, *kmsg.LeaveGroupRequest,
 // *kmsg.OffsetCommitRequest, *kmsg.OffsetFetchRequest,
 // *kmsg.DescribeGroupsRequest, *kmsg.ListGroupsRequest,
-// *kmsg.DeleteGroupsRequest or *kmsg.OffsetDeleteRequest, with its Version
-// set. Requests naming several groups must only name groups this machine
+// *kmsg.DeleteGroupsRequest, *kmsg.OffsetDeleteRequest,
+// *kmsg.ConsumerGroupHeartbeatRequest or *kmsg.ConsumerGroupDescribeRequest,
+// with its Version set. Requests naming several groups must only name groups this machine
 // owns; the caller splits and merges across shards.
 type Request struct {
 	ID         RequestID
@@ -44,6 +46,15 @@ type Timer struct{ Key TimerKey }
 // the caller sends it every offsets.retention.check.interval.ms.
 type ExpireOffsets struct{}
 
+// TopicsChanged gives the machine the broker's whole topic metadata: once
+// before Replay, and again whenever a topic is created, deleted or gains
+// partitions. Consumer groups subscribed to a changed topic get a new group
+// epoch at once, without waiting for a member to notice.
+type TopicsChanged struct{ Topics []Topic }
+
+// Topic is one topic of the broker's metadata.
+type Topic = consumer.Topic
+
 // Unload answers every parked request with NOT_COORDINATOR and drops all
 // groups, for when the shard moves away.
 type Unload struct{}
@@ -51,67 +62,37 @@ type Unload struct{}
 func (Request) isEvent()       {}
 func (Timer) isEvent()         {}
 func (ExpireOffsets) isEvent() {}
+func (TopicsChanged) isEvent() {}
 func (Unload) isEvent()        {}
 
-// TimerKind names what a deadline is for.
-type TimerKind uint8
+// TimerKind names what a deadline is for; the consumer-group machine's
+// kinds share the numbering.
+type TimerKind = core.TimerKind
 
-// Timer kinds, after Kafka's keyed timers.
+// Timer kinds of classic groups, after Kafka's keyed timers.
 const (
 	// TimerHeartbeat is a member's session (or new-member join) deadline.
-	TimerHeartbeat TimerKind = iota
+	TimerHeartbeat = core.TimerHeartbeat
 	// TimerPending is the deadline for a KIP-394 pending member to rejoin
 	// with its assigned id.
-	TimerPending
+	TimerPending = core.TimerPending
 	// TimerJoin completes the join phase (rebalance timeout) or ends one
 	// step of the initial rebalance delay.
-	TimerJoin
+	TimerJoin = core.TimerJoin
 	// TimerSync removes members that did not send SyncGroup (KAFKA-12890).
-	TimerSync
+	TimerSync = core.TimerSync
 )
-
-func (k TimerKind) String() string {
-	switch k {
-	case TimerHeartbeat:
-		return "heartbeat"
-	case TimerPending:
-		return "pending"
-	case TimerJoin:
-		return "join"
-	case TimerSync:
-		return "sync"
-	}
-	return fmt.Sprintf("TimerKind(%d)", uint8(k))
-}
 
 // TimerKey identifies a deadline. It is comparable so the caller can keep it
 // as a map key; scheduling a key again replaces its deadline.
-type TimerKey struct {
-	Group  string
-	Kind   TimerKind
-	Member string // heartbeat and pending timers only
-}
-
-func (k TimerKey) String() string {
-	if k.Member != "" {
-		return fmt.Sprintf("%s/%s-%s", k.Group, k.Kind, k.Member)
-	}
-	return fmt.Sprintf("%s/%s", k.Group, k.Kind)
-}
+type TimerKey = core.TimerKey
 
 // TimerUpdate sets (Cancel false) or removes (Cancel true) a deadline.
-type TimerUpdate struct {
-	Key      TimerKey
-	Deadline time.Time
-	Cancel   bool
-}
+type TimerUpdate = core.TimerUpdate
 
 // Reply answers a request. Msg is the kmsg response with Version set to the
 // request's version.
-type Reply struct {
-	ID  RequestID
-	Msg kmsg.Response
-}
+type Reply = core.Reply
 
 // Output is everything one Step produced. Replies must not be sent before
 // Records (and the records of all earlier Outputs) are durable.
@@ -219,7 +200,11 @@ type offsetValue struct {
 }
 
 type group struct {
-	id           string
+	id string
+	// consumer is set for a consumer (KIP-848) group: its members live in
+	// the consumer machine, and of the fields below only the offsets and
+	// the rebalance history are used (the classic state stays Empty).
+	consumer     bool
 	state        State
 	prevState    State
 	stateTime    time.Time
@@ -546,34 +531,38 @@ func parseSubscribedTopics(b []byte) ([]string, bool) {
 	return nil, false
 }
 
-// Machine is the classic-group state machine of one shard. The zero value is
+// Machine is the group state machine of one shard: it holds the classic
+// groups itself and the consumer (KIP-848) groups through a consumer.Machine,
+// and owns what the two types share: the group ids (one group id holds one
+// type), the committed offsets and the rebalance history. The zero value is
 // not usable; call New.
 type Machine struct {
 	cfg    Config
 	groups map[string]*group
-	timers map[TimerKey]time.Time
+	timers core.Timers
+	cons   *consumer.Machine
+	// topics is the broker's topic metadata as last given (nil: never),
+	// for the consumer machine after a Replay.
+	topics []Topic
 
 	// per-step scratch
 	now time.Time
 	out Output
-	// The keys whose deadline this step changed. Most steps change one or
-	// two (a heartbeat, a commit none), so they are kept in a short list
-	// and moved to a set only when a step touches many (a join phase
-	// completing reschedules every member).
-	dirtyList []TimerKey
-	dirty     map[TimerKey]bool
+	// consTimers holds the consumer machine's deadline changes of this
+	// step, merged into the output at its end.
+	consTimers []TimerUpdate
 }
-
-// dirtyListMax is how many keys the list holds before they move to the set.
-const dirtyListMax = 8
 
 // New returns an empty machine.
 func New(cfg Config) *Machine {
-	return &Machine{
+	m := &Machine{
 		cfg:    cfg.withDefaults(),
 		groups: map[string]*group{},
-		timers: map[TimerKey]time.Time{},
 	}
+	ccfg := m.cfg.Consumer
+	ccfg.CommittedOffset = m.committedOffset
+	m.cons = consumer.New(ccfg)
+	return m
 }
 
 // Config returns the machine's effective configuration.
@@ -586,9 +575,16 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 	case Request:
 		m.request(ev)
 	case Timer:
-		m.timer(ev.Key)
+		if ev.Key.Kind.Consumer() {
+			m.stepConsumer(consumer.Timer{Key: ev.Key})
+		} else {
+			m.timer(ev.Key)
+		}
 	case ExpireOffsets:
 		m.expireOffsets()
+	case TopicsChanged:
+		m.topics = ev.Topics
+		m.stepConsumer(consumer.TopicsChanged{Topics: ev.Topics})
 	case Unload:
 		m.unload()
 	default:
@@ -600,82 +596,26 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 func (m *Machine) begin(now time.Time) {
 	m.now = now
 	m.out = Output{}
-	m.dirtyList = m.dirtyList[:0]
-	m.dirty = nil
-}
-
-func (m *Machine) markDirty(k TimerKey) {
-	if m.dirty != nil {
-		m.dirty[k] = true
-		return
-	}
-	for _, d := range m.dirtyList {
-		if d == k {
-			return
-		}
-	}
-	if len(m.dirtyList) < dirtyListMax {
-		m.dirtyList = append(m.dirtyList, k)
-		return
-	}
-	m.dirty = make(map[TimerKey]bool, 2*dirtyListMax)
-	for _, d := range m.dirtyList {
-		m.dirty[d] = true
-	}
-	m.dirty[k] = true
+	m.consTimers = m.consTimers[:0]
 }
 
 func (m *Machine) end() Output {
-	var keys []TimerKey
-	if m.dirty != nil {
-		keys = make([]TimerKey, 0, len(m.dirty))
-		for k := range m.dirty {
-			keys = append(keys, k)
-		}
-	} else {
-		keys = m.dirtyList
-	}
-	sortTimerKeys(keys)
-	if len(keys) > 0 {
-		m.out.Timers = make([]TimerUpdate, 0, len(keys))
-	}
-	for _, k := range keys {
-		if d, ok := m.timers[k]; ok {
-			m.out.Timers = append(m.out.Timers, TimerUpdate{Key: k, Deadline: d})
-		} else {
-			m.out.Timers = append(m.out.Timers, TimerUpdate{Key: k, Cancel: true})
-		}
+	m.out.Timers = m.timers.Updates()
+	if len(m.consTimers) > 0 {
+		// The two machines' keys differ in kind, so there is nothing
+		// to merge, only to order.
+		m.out.Timers = append(m.out.Timers, m.consTimers...)
+		core.SortTimerUpdates(m.out.Timers)
 	}
 	out := m.out
-	m.out, m.dirty, m.dirtyList = Output{}, nil, m.dirtyList[:0]
+	m.out = Output{}
+	m.consTimers = m.consTimers[:0]
 	return out
 }
 
-// sortTimerKeys orders keys by group, kind and member. Keys are distinct,
-// so the order is total and any sort gives the same result.
-func sortTimerKeys(keys []TimerKey) {
-	slices.SortFunc(keys, func(a, b TimerKey) int {
-		if c := strings.Compare(a.Group, b.Group); c != 0 {
-			return c
-		}
-		if a.Kind != b.Kind {
-			return int(a.Kind) - int(b.Kind)
-		}
-		return strings.Compare(a.Member, b.Member)
-	})
-}
+func (m *Machine) schedule(k TimerKey, d time.Duration) { m.timers.Set(k, m.now.Add(d)) }
 
-func (m *Machine) schedule(k TimerKey, d time.Duration) {
-	m.timers[k] = m.now.Add(d)
-	m.markDirty(k)
-}
-
-func (m *Machine) cancel(k TimerKey) {
-	if _, ok := m.timers[k]; ok {
-		delete(m.timers, k)
-		m.markDirty(k)
-	}
-}
+func (m *Machine) cancel(k TimerKey) { m.timers.Cancel(k) }
 
 func (m *Machine) reply(id RequestID, msg kmsg.Response) {
 	m.out.Replies = append(m.out.Replies, Reply{ID: id, Msg: msg})
@@ -685,17 +625,13 @@ func (m *Machine) record(r Record) {
 	m.out.Records = append(m.out.Records, r)
 }
 
-// Deadlines returns all scheduled deadlines, sorted by key. It lets a runtime
-// that lost its timer table (or a test) rebuild it.
+// Deadlines returns all scheduled deadlines, of both group types, sorted by
+// key. It lets a runtime that lost its timer table (or a test) rebuild it.
 func (m *Machine) Deadlines() []TimerUpdate {
-	keys := make([]TimerKey, 0, len(m.timers))
-	for k := range m.timers {
-		keys = append(keys, k)
-	}
-	sortTimerKeys(keys)
-	out := make([]TimerUpdate, len(keys))
-	for i, k := range keys {
-		out[i] = TimerUpdate{Key: k, Deadline: m.timers[k]}
+	out := m.timers.All()
+	if cs := m.cons.Deadlines(); len(cs) > 0 {
+		out = append(out, cs...)
+		core.SortTimerUpdates(out)
 	}
 	return out
 }
@@ -722,20 +658,21 @@ func (m *Machine) request(r Request) {
 		m.deleteGroups(r, req)
 	case *kmsg.OffsetDeleteRequest:
 		m.offsetDelete(r, req)
+	case *kmsg.ConsumerGroupHeartbeatRequest:
+		m.consumerHeartbeat(r, req)
+	case *kmsg.ConsumerGroupDescribeRequest:
+		m.consumerDescribe(r, req)
 	default:
 		panic(fmt.Sprintf("group: unsupported request %T", r.Msg))
 	}
 }
 
 func (m *Machine) timer(k TimerKey) {
-	d, ok := m.timers[k]
-	if !ok || m.now.Before(d) {
+	if !m.timers.Due(k, m.now) {
 		return // cancelled, replaced by a later deadline, or early
 	}
-	delete(m.timers, k)
-	m.markDirty(k)
 	g := m.groups[k.Group]
-	if g == nil {
+	if g == nil || g.consumer {
 		return
 	}
 	switch k.Kind {
@@ -762,6 +699,10 @@ func (m *Machine) unload() {
 	sort.Strings(ids)
 	for _, id := range ids {
 		g := m.groups[id]
+		if g.consumer {
+			delete(m.groups, id)
+			continue
+		}
 		for _, mem := range g.sortedMembers() {
 			if mem.join != nil {
 				m.replyJoinError(mem.join, errNotCoordinator, "")
@@ -775,13 +716,8 @@ func (m *Machine) unload() {
 		g.transition(m.now, Dead)
 		delete(m.groups, id)
 	}
-	keys := make([]TimerKey, 0, len(m.timers))
-	for k := range m.timers {
-		keys = append(keys, k)
-	}
-	for _, k := range keys {
-		m.cancel(k)
-	}
+	m.timers.CancelAll()
+	m.stepConsumer(consumer.Unload{})
 }
 
 // removeGroup drops a deleted or expired group. Its timers and its
@@ -790,18 +726,14 @@ func (m *Machine) removeGroup(g *group) {
 	m.dropHistory(g)
 	g.transition(m.now, Dead)
 	delete(m.groups, g.id)
-	for k := range m.timers {
-		if k.Group == g.id {
-			m.cancel(k)
-		}
-	}
+	m.timers.CancelGroup(g.id)
 }
 
-// GroupState returns the state and generation of a group (Dead, -1 if
-// unknown).
+// GroupState returns the state and generation of a classic group (Dead, -1
+// if unknown or a consumer group; see ConsumerGroupState).
 func (m *Machine) GroupState(id string) (State, int32) {
 	g := m.groups[id]
-	if g == nil {
+	if g == nil || g.consumer {
 		return Dead, -1
 	}
 	return g.state, g.generation

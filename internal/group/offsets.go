@@ -4,6 +4,8 @@ import (
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/groupd/groupd/internal/group/consumer"
 )
 
 // validateOffsetCommit is Kafka's ClassicGroup.validateOffsetCommit.
@@ -47,6 +49,7 @@ func (m *Machine) offsetCommit(r Request, req *kmsg.OffsetCommitRequest) {
 		instanceID = *req.InstanceID
 	}
 	var code int16
+	var check consumer.CommitCheck
 	g := m.groups[req.Group]
 	switch {
 	case req.Version >= 10:
@@ -62,6 +65,8 @@ func (m *Machine) offsetCommit(r Request, req *kmsg.OffsetCommitRequest) {
 		code = errGroupIDNotFound
 	case g == nil:
 		code = errIllegalGeneration
+	case g.consumer:
+		code, check = m.cons.ValidateOffsetCommit(g.id, memberID, generation, req.Version)
 	default:
 		code = g.validateOffsetCommit(memberID, instanceID, generation)
 	}
@@ -106,7 +111,10 @@ func (m *Machine) offsetCommit(r Request, req *kmsg.OffsetCommitRequest) {
 			if p.Metadata != nil {
 				metadata = *p.Metadata
 			}
-			if code == 0 && len(metadata) > m.cfg.OffsetMetadataMaxBytes {
+			if check != nil {
+				rp.ErrorCode = check(t.Topic, p.Partition)
+			}
+			if rp.ErrorCode == 0 && len(metadata) > m.cfg.OffsetMetadataMaxBytes {
 				rp.ErrorCode = errOffsetMetadataTooLarge
 			}
 			if rp.ErrorCode == 0 {
@@ -252,6 +260,13 @@ func (m *Machine) offsetFetch(r Request, req *kmsg.OffsetFetchRequest) {
 			resp.Groups = append(resp.Groups, out)
 			continue
 		}
+		if g := m.groups[rg.Group]; g != nil && g.consumer && req.Version >= 9 {
+			if code := m.cons.ValidateOffsetFetch(g.id, rg.MemberID, rg.MemberEpoch); code != 0 {
+				out.ErrorCode = code
+				resp.Groups = append(resp.Groups, out)
+				continue
+			}
+		}
 		fts, code := m.fetchGroup(rg.Group, topics)
 		out.ErrorCode = code
 		for _, ft := range fts {
@@ -280,6 +295,10 @@ func (m *Machine) expireOffsets() {
 		g := m.groups[id]
 		var base func(offsetValue) int64
 		switch {
+		case g.consumer:
+			// Topics nobody subscribes to, by last commit (Kafka's
+			// ConsumerGroup.offsetExpirationCondition).
+			base = func(v offsetValue) int64 { return v.commitTime }
 		case g.protocolType == "":
 			// Simple group: by last commit.
 			base = func(v offsetValue) int64 { return v.commitTime }
@@ -298,7 +317,7 @@ func (m *Machine) expireOffsets() {
 			for _, tp := range g.offsets.sorted() {
 				v, _ := g.offsets.get(tp)
 				expired := false
-				if !g.isSubscribedToTopic(tp.topic) {
+				if !m.subscribed(g, tp.topic) {
 					if v.expireTime >= 0 {
 						expired = now >= v.expireTime
 					} else {
@@ -313,7 +332,13 @@ func (m *Machine) expireOffsets() {
 				m.record(offsetRecord(g.id, tp.topic, tp.partition, nil))
 			}
 		}
-		if allExpired && g.state == Empty {
+		switch {
+		case !allExpired:
+		case g.consumer:
+			if m.cons.Members(g.id) == 0 {
+				m.deleteConsumerGroup(g)
+			}
+		case g.state == Empty:
 			m.record(Record{Type: RecordGroupMetadata, Group: g.id})
 			m.removeGroup(g)
 		}

@@ -2,12 +2,12 @@ package group
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
+	"github.com/groupd/groupd/internal/group/consumer"
+	"github.com/groupd/groupd/internal/group/core"
 	"github.com/groupd/groupd/internal/inspect"
 )
 
@@ -22,6 +22,15 @@ const (
 	// RecordRebalance is one finished rebalance of a group's history,
 	// keyed by group and sequence number.
 	RecordRebalance RecordType = 3
+
+	// The records of consumer (KIP-848) groups, package consumer's, with
+	// its numbers: a group's state split per member after Kafka's
+	// design. Record.Consumer holds them.
+	RecordConsumerGroupEpoch        = RecordType(consumer.RecordGroupEpoch)
+	RecordConsumerMemberMetadata    = RecordType(consumer.RecordMemberMetadata)
+	RecordConsumerTargetMember      = RecordType(consumer.RecordTargetMember)
+	RecordConsumerTargetEpoch       = RecordType(consumer.RecordTargetEpoch)
+	RecordConsumerCurrentAssignment = RecordType(consumer.RecordCurrentAssignment)
 )
 
 func (t RecordType) String() string {
@@ -33,7 +42,15 @@ func (t RecordType) String() string {
 	case RecordRebalance:
 		return "Rebalance"
 	}
+	if t.Consumer() {
+		return "Consumer" + consumer.RecordType(t).String()
+	}
 	return fmt.Sprintf("RecordType(%d)", uint8(t))
+}
+
+// Consumer reports whether the type is a consumer group's.
+func (t RecordType) Consumer() bool {
+	return t >= RecordConsumerGroupEpoch && t <= RecordConsumerCurrentAssignment
 }
 
 // Record is a key and value for the coordinator store. A nil Metadata (for
@@ -49,6 +66,15 @@ type Record struct {
 	Offset    *OffsetCommit
 	// Rebalance's Group and Seq are the record's.
 	Rebalance *inspect.Rebalance
+	// Consumer is the record of a consumer-group type, with the same
+	// Type and Group; it must be set for those types, and its own nil
+	// value is the tombstone.
+	Consumer *consumer.Record
+}
+
+// consumerRecord wraps a consumer machine's record.
+func consumerRecord(r consumer.Record) Record {
+	return Record{Type: RecordType(r.Type), Group: r.Group, Consumer: &r}
 }
 
 // GroupMetadata is the whole persisted state of a classic group, like Kafka's
@@ -98,6 +124,9 @@ func (r Record) Tombstone() bool {
 	case RecordRebalance:
 		return r.Rebalance == nil
 	}
+	if r.Type.Consumer() {
+		return r.Consumer == nil || r.Consumer.Tombstone()
+	}
 	return true
 }
 
@@ -113,6 +142,10 @@ func (r Record) Key() []byte { return r.AppendKey(nil) }
 // AppendKey appends the encoding of Key to b, so a caller can reuse a
 // buffer across records.
 func (r Record) AppendKey(b []byte) []byte {
+	if r.Type.Consumer() {
+		// The same layout: version, type, group, then the member.
+		return r.Consumer.AppendKey(b)
+	}
 	b = append(b, keyVersion, byte(r.Type))
 	b = appendString(b, r.Group)
 	switch r.Type {
@@ -138,6 +171,9 @@ func (r Record) Value() []byte {
 func (r Record) AppendValue(b []byte) []byte {
 	if r.Tombstone() {
 		return b
+	}
+	if r.Type.Consumer() {
+		return r.Consumer.AppendValue(b)
 	}
 	b = binary.BigEndian.AppendUint16(b, valueVersion)
 	switch r.Type {
@@ -172,117 +208,16 @@ func (r Record) AppendValue(b []byte) []byte {
 	return b
 }
 
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
+var (
+	appendString = core.AppendString
+	appendBytes  = core.AppendBytes
+	appendBool   = core.AppendBool
+)
 
-// appendBytes distinguishes nil from empty: an empty assignment and a missing
-// one mean different things to clients.
-func appendBytes(b, v []byte) []byte {
-	if v == nil {
-		return binary.AppendUvarint(b, 0)
-	}
-	b = binary.AppendUvarint(b, uint64(len(v))+1)
-	return append(b, v...)
-}
+var errCorrupt = fmt.Errorf("group: %w", core.ErrCorrupt)
 
-var errCorrupt = errors.New("group: corrupt record")
-
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) fail() {
-	if r.err == nil {
-		r.err = errCorrupt
-	}
-}
-
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	// Only the shortest encoding is accepted, so a decoded record always
-	// re-encodes to the same bytes.
-	if n <= 0 || n != len(binary.AppendUvarint(nil, v)) {
-		r.fail()
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 || n != len(binary.AppendVarint(nil, v)) {
-		r.fail()
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) int32() int32 {
-	v := r.varint()
-	if v < math.MinInt32 || v > math.MaxInt32 {
-		r.fail()
-		return 0
-	}
-	return int32(v)
-}
-
-func (r *reader) take(n uint64) []byte {
-	if r.err != nil {
-		return nil
-	}
-	if n > uint64(len(r.b)) {
-		r.fail()
-		return nil
-	}
-	v := r.b[:n:n]
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) string() string { return string(r.take(r.uvarint())) }
-
-// bool reads a byte that must be 0 or 1.
-func (r *reader) bool() bool {
-	b := r.take(1)
-	if r.err != nil {
-		return false
-	}
-	if b[0] > 1 {
-		r.fail()
-		return false
-	}
-	return b[0] == 1
-}
-
-// count reads a list length, refusing one the rest of the input cannot
-// hold at minSize bytes an element, before anything is allocated.
-func (r *reader) count(minSize int) int {
-	n := r.uvarint()
-	if n > uint64(len(r.b)/minSize) {
-		r.fail()
-		return 0
-	}
-	return int(n)
-}
-
-func (r *reader) bytes() []byte {
-	n := r.uvarint()
-	if n == 0 {
-		return nil
-	}
-	return append([]byte{}, r.take(n-1)...)
-}
+// reader reads record values; see core.Reader.
+type reader struct{ core.Reader }
 
 // DecodeRecord decodes a key and value written by Record.Key and
 // Record.Value. A nil value decodes to a tombstone. It never panics on
@@ -293,25 +228,32 @@ func DecodeRecord(key, value []byte) (Record, error) {
 		return rec, errCorrupt
 	}
 	rec.Type = RecordType(key[1])
-	kr := reader{b: key[2:]}
-	rec.Group = kr.string()
+	if rec.Type.Consumer() {
+		cr, err := consumer.DecodeRecord(key, value)
+		if err != nil {
+			return Record{}, err
+		}
+		return consumerRecord(cr), nil
+	}
+	kr := reader{core.NewReader(key[2:])}
+	rec.Group = kr.String()
 	switch rec.Type {
 	case RecordGroupMetadata:
 	case RecordOffsetCommit:
-		rec.Topic = kr.string()
-		p := kr.take(4)
-		if kr.err == nil {
+		rec.Topic = kr.String()
+		p := kr.Take(4)
+		if kr.Err == nil {
 			rec.Partition = int32(binary.BigEndian.Uint32(p))
 		}
 	case RecordRebalance:
-		seq := kr.take(8)
-		if kr.err == nil {
+		seq := kr.Take(8)
+		if kr.Err == nil {
 			rec.Seq = binary.BigEndian.Uint64(seq)
 		}
 	default:
 		return Record{}, fmt.Errorf("group: unknown record type %d", key[1])
 	}
-	if kr.err != nil || len(kr.b) != 0 {
+	if kr.Err != nil || len(kr.B) != 0 {
 		return Record{}, errCorrupt
 	}
 	if value == nil {
@@ -323,49 +265,46 @@ func DecodeRecord(key, value []byte) (Record, error) {
 	if v := binary.BigEndian.Uint16(value); v != valueVersion {
 		return Record{}, fmt.Errorf("group: unknown record value version %d", v)
 	}
-	r := reader{b: value[2:]}
+	r := reader{core.NewReader(value[2:])}
 	switch rec.Type {
 	case RecordGroupMetadata:
 		v := &GroupMetadata{}
-		v.ProtocolType = r.string()
-		v.Generation = r.int32()
-		v.Protocol = r.string()
-		v.Leader = r.string()
-		v.StateTimestamp = r.varint()
-		n := r.uvarint()
+		v.ProtocolType = r.String()
+		v.Generation = r.Int32()
+		v.Protocol = r.String()
+		v.Leader = r.String()
+		v.StateTimestamp = r.Varint()
+		n := r.Uvarint()
 		// Each member takes at least 8 bytes; refuse counts the input
 		// cannot hold before allocating.
-		if n > uint64(len(r.b))/8 {
+		if n > uint64(len(r.B))/8 {
 			return Record{}, errCorrupt
 		}
-		for i := uint64(0); i < n && r.err == nil; i++ {
+		for i := uint64(0); i < n && r.Err == nil; i++ {
 			var mm MemberMetadata
-			mm.MemberID = r.string()
-			mm.InstanceID = r.string()
-			mm.ClientID = r.string()
-			mm.ClientHost = r.string()
-			mm.RebalanceTimeout = r.int32()
-			mm.SessionTimeout = r.int32()
-			mm.Subscription = r.bytes()
-			mm.Assignment = r.bytes()
+			mm.MemberID = r.String()
+			mm.InstanceID = r.String()
+			mm.ClientID = r.String()
+			mm.ClientHost = r.String()
+			mm.RebalanceTimeout = r.Int32()
+			mm.SessionTimeout = r.Int32()
+			mm.Subscription = r.Bytes()
+			mm.Assignment = r.Bytes()
 			v.Members = append(v.Members, mm)
 		}
 		rec.Metadata = v
 	case RecordOffsetCommit:
 		v := &OffsetCommit{}
-		v.Offset = r.varint()
-		v.LeaderEpoch = r.int32()
-		v.Metadata = r.string()
-		v.CommitTimestamp = r.varint()
-		v.ExpireTimestamp = r.varint()
+		v.Offset = r.Varint()
+		v.LeaderEpoch = r.Int32()
+		v.Metadata = r.String()
+		v.CommitTimestamp = r.Varint()
+		v.ExpireTimestamp = r.Varint()
 		rec.Offset = v
 	case RecordRebalance:
 		rec.Rebalance = readRebalance(&r, rec.Group, rec.Seq)
 	}
-	if r.err != nil {
-		return Record{}, r.err
-	}
-	if len(r.b) != 0 {
+	if r.Err != nil || len(r.B) != 0 {
 		return Record{}, errCorrupt
 	}
 	return rec, nil
@@ -409,15 +348,29 @@ func (m *Machine) metadataRecord(g *group, assignments map[string][]byte) Record
 // deadlines from now. The returned Output holds those deadlines (and, like
 // Kafka's onLoaded, the start of a rebalance for a group above the maximum
 // size).
-func (m *Machine) Replay(now time.Time, recs []Record) Output {
+//
+// Consumer groups come back with the same epochs, members and
+// assignments (consumer.Machine.Replay); if the machine was given the
+// topics (TopicsChanged) before, those whose subscribed topics changed
+// while they were not loaded then get a new epoch, whose records are in
+// the Output too. Records that contradict each other are an error, which
+// leaves the machine without groups.
+func (m *Machine) Replay(now time.Time, recs []Record) (Output, error) {
 	m.groups = map[string]*group{}
-	m.timers = map[TimerKey]time.Time{}
+	m.timers.Reset()
 	m.begin(now)
 
 	metas := map[string]*GroupMetadata{}
 	offsets := map[string]map[topicPartition]*OffsetCommit{}
 	histories := map[string]map[uint64]*inspect.Rebalance{}
+	var consRecs []consumer.Record
 	for _, r := range recs {
+		if r.Type.Consumer() {
+			if r.Consumer != nil {
+				consRecs = append(consRecs, *r.Consumer)
+			}
+			continue
+		}
 		switch r.Type {
 		case RecordRebalance:
 			h := histories[r.Group]
@@ -477,6 +430,14 @@ func (m *Machine) Replay(now time.Time, recs []Record) Output {
 		g.loadedAt = now
 		m.groups[id] = g
 	}
+	consOut, err := m.replayConsumer(now, consRecs, metas)
+	if err != nil {
+		m.groups = map[string]*group{}
+		m.timers.Reset()
+		m.cons.Step(now, consumer.Unload{})
+		m.end()
+		return Output{}, err
+	}
 	for id, os := range offsets {
 		for tp, o := range os {
 			if o == nil {
@@ -513,7 +474,11 @@ func (m *Machine) Replay(now time.Time, recs []Record) Output {
 			m.prepareRebalance(g, reason{trigger: inspect.TriggerGroupOversized})
 		}
 	}
-	return m.end()
+	m.absorb(consOut)
+	if m.topics != nil {
+		m.stepConsumer(consumer.TopicsChanged{Topics: m.topics})
+	}
+	return m.end(), nil
 }
 
 // loadHistory gives a replayed group its stored rebalances, the newest
@@ -561,8 +526,8 @@ func appendRebalance(b []byte, r *inspect.Rebalance) []byte {
 		b = appendString(b, mr.ClientID)
 		b = appendString(b, mr.ClientHost)
 	}
-	b = appendStrings(b, r.MembersIn)
-	b = appendStrings(b, r.MembersOut)
+	b = core.AppendStrings(b, r.MembersIn)
+	b = core.AppendStrings(b, r.MembersOut)
 	b = binary.AppendUvarint(b, uint64(len(r.WaitedFor)))
 	for _, w := range r.WaitedFor {
 		b = appendString(b, w.Member)
@@ -585,73 +550,48 @@ func appendRebalance(b []byte, r *inspect.Rebalance) []byte {
 	return appendString(b, r.StormCause)
 }
 
-func appendBool(b []byte, v bool) []byte {
-	if v {
-		return append(b, 1)
-	}
-	return append(b, 0)
-}
-
-func appendStrings(b []byte, ss []string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(ss)))
-	for _, s := range ss {
-		b = appendString(b, s)
-	}
-	return b
-}
-
-func (r *reader) strings() []string {
-	ss := make([]string, r.count(1))
-	for i := range ss {
-		ss[i] = r.string()
-	}
-	return ss
-}
-
-func (r *reader) time() time.Time { return time.UnixMilli(r.varint()).UTC() }
-
 // readRebalance decodes what appendRebalance wrote. Lists come back empty
 // rather than nil, as the machine makes them.
 func readRebalance(r *reader, group string, seq uint64) *inspect.Rebalance {
 	v := &inspect.Rebalance{Group: group, Seq: seq}
-	v.Protocol = r.string()
-	v.GenerationBefore = r.int32()
-	v.GenerationAfter = r.int32()
-	v.StartedAt = r.time()
-	if r.bool() {
-		end := r.time()
+	v.Protocol = r.String()
+	v.GenerationBefore = r.Int32()
+	v.GenerationAfter = r.Int32()
+	v.StartedAt = r.Time()
+	if r.Bool() {
+		end := r.Time()
 		v.EndedAt = &end
 	}
-	v.DurationMs = r.varint()
-	v.Trigger = r.string()
-	if r.bool() {
-		v.Member = &inspect.MemberRef{MemberID: r.string(), InstanceID: r.string(), ClientID: r.string(), ClientHost: r.string()}
+	v.DurationMs = r.Varint()
+	v.Trigger = r.String()
+	if r.Bool() {
+		v.Member = &inspect.MemberRef{MemberID: r.String(), InstanceID: r.String(), ClientID: r.String(), ClientHost: r.String()}
 	}
-	v.MembersIn = r.strings()
-	v.MembersOut = r.strings()
+	v.MembersIn = r.Strings()
+	v.MembersOut = r.Strings()
 	// A wait takes at least 3 bytes, a move at least 8.
-	v.WaitedFor = make([]inspect.Wait, r.count(3))
+	v.WaitedFor = make([]inspect.Wait, r.Count(3))
 	for i := range v.WaitedFor {
-		v.WaitedFor[i] = inspect.Wait{Member: r.string(), WaitedMs: r.varint(), Rejoined: r.bool()}
+		v.WaitedFor[i] = inspect.Wait{Member: r.String(), WaitedMs: r.Varint(), Rejoined: r.Bool()}
 	}
-	v.Moved = make([]inspect.Move, r.count(8))
+	v.Moved = make([]inspect.Move, r.Count(8))
 	for i := range v.Moved {
 		mv := &v.Moved[i]
-		mv.Topic = r.string()
-		mv.Partition = r.int32()
-		mv.From = r.string()
-		mv.To = r.string()
-		mv.PauseMs = r.varint()
+		mv.Topic = r.String()
+		mv.Partition = r.Int32()
+		mv.From = r.String()
+		mv.To = r.String()
+		mv.PauseMs = r.Varint()
 		// The release is the receipt less the pause, as the machine
 		// measured it.
-		assigned := v.StartedAt.UnixMilli() + r.varint()
+		assigned := v.StartedAt.UnixMilli() + r.Varint()
 		mv.AssignedAt = time.UnixMilli(assigned).UTC()
 		mv.ReleasedAt = time.UnixMilli(assigned - mv.PauseMs).UTC()
-		mv.Committed = r.varint()
-		mv.CommitGap = r.varint()
+		mv.Committed = r.Varint()
+		mv.CommitGap = r.Varint()
 	}
-	v.Outcome = r.string()
-	v.Storm = r.bool()
-	v.StormCause = r.string()
+	v.Outcome = r.String()
+	v.Storm = r.Bool()
+	v.StormCause = r.String()
 	return v
 }

@@ -36,6 +36,10 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 		m.replySyncError(p, errUnknownMemberID)
 		return
 	}
+	if g.consumer {
+		m.replySyncError(p, m.cons.ClassicMemberError(g.id, req.MemberID, instanceID))
+		return
+	}
 	if code := g.validateMember(req.MemberID, instanceID); code != 0 {
 		if code == errUnknownMemberID {
 			m.heardFromDeparted(g, req.MemberID)
@@ -125,6 +129,10 @@ func (m *Machine) heartbeat(r Request, req *kmsg.HeartbeatRequest) {
 		resp.ErrorCode = errUnknownMemberID
 		return
 	}
+	if g.consumer {
+		resp.ErrorCode = m.cons.ClassicMemberError(g.id, req.MemberID, instanceID)
+		return
+	}
 	if code := g.validateMember(req.MemberID, instanceID); code != 0 {
 		if code == errUnknownMemberID {
 			m.heardFromDeparted(g, req.MemberID)
@@ -195,6 +203,8 @@ func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
 		switch {
 		case g == nil:
 			res.ErrorCode = errUnknownMemberID
+		case g.consumer:
+			res.ErrorCode = m.cons.ClassicMemberError(g.id, lm.MemberID, instanceID)
 		case lm.MemberID == "" && instanceID != "":
 			// Admin removal of a static member by instance id.
 			if id, ok := g.static[instanceID]; ok {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/groupd/groupd/internal/group/consumer"
+	"github.com/groupd/groupd/internal/group/core"
 	"github.com/groupd/groupd/internal/inspect"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -41,11 +43,14 @@ type harness struct {
 	timers map[TimerKey]time.Time
 	store  map[string][]byte
 	buf    *bytes.Buffer
+	// topics is the metadata last given to the machine (topics).
+	topics []Topic
 }
 
 func newHarness(cfg Config) *harness {
 	h := &harness{cfg: cfg, now: epoch, timers: map[TimerKey]time.Time{}, store: map[string][]byte{}}
 	h.cfg.NewMemberID = SequentialMemberIDs()
+	h.cfg.Consumer.NewMemberID = consumer.SequentialMemberIDs("cm")
 	h.m = New(h.cfg)
 	return h
 }
@@ -280,6 +285,8 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			for _, g := range groups {
 				rg := kmsg.NewOffsetFetchRequestGroup()
 				rg.Group = g
+				rg.MemberID = optStrArg("member")
+				rg.MemberEpoch = int32(num("epoch", -1))
 				if topics != nil {
 					rg.Topics = []kmsg.OffsetFetchRequestGroupTopic{}
 					for _, ft := range topics {
@@ -290,6 +297,86 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			}
 		}
 		return h.send("c", req)
+
+	case "topics":
+		// topics a=3 b=6: the broker's whole metadata. A topic's id is
+		// its name, so transcripts can name it.
+		h.topics = nil
+		for _, ca := range d.CmdArgs {
+			n, err := strconv.Atoi(ca.Vals[0])
+			if err != nil {
+				t.Fatalf("%s: topics %s=%v", d.Pos, ca.Key, ca.Vals)
+			}
+			h.topics = append(h.topics, Topic{Name: ca.Key, ID: topicID(ca.Key), Partitions: int32(n)})
+		}
+		h.apply(t, h.m.Step(h.now, TopicsChanged{Topics: h.topics}))
+		return h.result()
+
+	case "cg-hb":
+		// A ConsumerGroupHeartbeat: v1, epoch 0 by default. A join
+		// carries rebalance=300000 and an empty owned list; other
+		// heartbeats send nulls unless told. owned=(t.0.1) names
+		// partitions by topic name.
+		req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+		req.Version = ver(1)
+		req.Group = str("g", "g1")
+		req.MemberID = str("member", "")
+		req.MemberEpoch = int32(num("epoch", 0))
+		req.InstanceID = optStrArg("instance")
+		req.RebalanceTimeoutMillis = -1
+		if req.MemberEpoch == 0 {
+			req.RebalanceTimeoutMillis = 300000
+			req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+		}
+		if has("topics") {
+			req.SubscribedTopicNames = args["topics"]
+			if req.SubscribedTopicNames == nil {
+				req.SubscribedTopicNames = []string{}
+			}
+		}
+		req.SubscribedTopicRegex = optStrArg("regex")
+		req.ServerAssignor = optStrArg("assignor")
+		if has("owned") {
+			req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+			for _, item := range args["owned"] {
+				if item == "" {
+					continue
+				}
+				f := strings.Split(item, ".")
+				rt := kmsg.NewConsumerGroupHeartbeatRequestTopic()
+				rt.TopicID = topicID(f[0])
+				for _, p := range f[1:] {
+					n, _ := strconv.Atoi(p)
+					rt.Partitions = append(rt.Partitions, int32(n))
+				}
+				req.Topics = append(req.Topics, rt)
+			}
+		}
+		return h.send(str("client", "c"), req)
+
+	case "cg-describe":
+		req := kmsg.NewPtrConsumerGroupDescribeRequest()
+		req.Version = ver(1)
+		req.Groups = args["groups"]
+		if !has("groups") {
+			req.Groups = []string{"g1"}
+		}
+		return h.send("c", req)
+
+	case "inspect":
+		v, ok := h.m.Describe(str("g", "g1"), h.now)
+		if !ok {
+			return "absent"
+		}
+		fmt.Fprintf(h.buf, "%s type=%s state=%s protocol=%s generation=%d members=%d rebalances=%d\n",
+			v.Group, v.Type, v.State, v.Protocol, v.Generation, v.MemberCount, v.Rebalances)
+		for _, mem := range v.Members {
+			fmt.Fprintf(h.buf, "  member %s %v\n", mem.MemberID, mem.Assignment)
+		}
+		for _, o := range v.Offsets {
+			fmt.Fprintf(h.buf, "  offset %s.%d=%d owner=%q\n", o.Topic, o.Partition, o.Committed, o.Owner)
+		}
+		return h.result()
 
 	case "describe":
 		req := kmsg.NewPtrDescribeGroupsRequest()
@@ -371,7 +458,15 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		h.m = New(h.cfg)
 		h.timers = map[TimerKey]time.Time{}
-		h.apply(t, h.m.Replay(h.now, recs))
+		// The broker's topics first, as the coordinator gives them.
+		if h.topics != nil {
+			h.m.Step(h.now, TopicsChanged{Topics: h.topics})
+		}
+		out, err := h.m.Replay(h.now, recs)
+		if err != nil {
+			return "replay: " + err.Error()
+		}
+		h.apply(t, out)
 		return h.result()
 
 	case "state":
@@ -463,7 +558,7 @@ func (h *harness) advance(t *testing.T, to time.Time) {
 		for k := range h.timers {
 			keys = append(keys, k)
 		}
-		sortTimerKeys(keys)
+		core.SortTimerKeys(keys)
 		for _, k := range keys {
 			d := h.timers[k]
 			if d.After(to) {
@@ -580,6 +675,9 @@ func fmtRecord(r Record) string {
 			return fmt.Sprintf("Rebalance %s #%d tombstone", r.Group, r.Seq)
 		}
 		return fmt.Sprintf("Rebalance %s %s", r.Group, fmtRebalance(r.Rebalance, false))
+	case RecordConsumerGroupEpoch, RecordConsumerMemberMetadata, RecordConsumerTargetMember,
+		RecordConsumerTargetEpoch, RecordConsumerCurrentAssignment:
+		return fmtConsumerRecord(r)
 	case RecordOffsetCommit:
 		if r.Offset == nil {
 			return fmt.Sprintf("OffsetCommit %s %s.%d tombstone", r.Group, r.Topic, r.Partition)
@@ -696,6 +794,36 @@ func fmtResponse(msg kmsg.Response) string {
 			gs = append(gs, fmt.Sprintf("%s=%s", g.Group, errName(g.ErrorCode)))
 		}
 		return name + " " + strings.Join(gs, " ")
+	case *kmsg.ConsumerGroupHeartbeatResponse:
+		if r.ErrorCode != 0 {
+			return fmt.Sprintf("%s %s %q", name, errName(r.ErrorCode), deref(r.ErrorMessage))
+		}
+		s := fmt.Sprintf("%s OK member=%s epoch=%d interval=%d", name, deref(r.MemberID), r.MemberEpoch, r.HeartbeatIntervalMillis)
+		if r.Assignment == nil {
+			return s + " assignment=null"
+		}
+		var ts []string
+		for _, at := range r.Assignment.Topics {
+			ts = append(ts, fmt.Sprintf("%s%v", topicName(at.TopicID), at.Partitions))
+		}
+		return s + " assignment=" + strings.Join(ts, "+")
+	case *kmsg.ConsumerGroupDescribeResponse:
+		s := name
+		for _, g := range r.Groups {
+			if g.ErrorCode != 0 {
+				s += fmt.Sprintf("\n  %s %s %q", g.Group, errName(g.ErrorCode), deref(g.ErrorMessage))
+				continue
+			}
+			s += fmt.Sprintf("\n  %s state=%s epoch=%d assignment-epoch=%d assignor=%s", g.Group, g.State, g.Epoch, g.AssignmentEpoch, g.AssignorName)
+			for _, m := range g.Members {
+				var ts []string
+				for _, tp := range m.Assignment.TopicPartitions {
+					ts = append(ts, fmt.Sprintf("%s%v", tp.Topic, tp.Partitions))
+				}
+				s += fmt.Sprintf("\n    %s epoch=%d assignment=%s", m.MemberID, m.MemberEpoch, strings.Join(ts, "+"))
+			}
+		}
+		return s
 	case *kmsg.OffsetDeleteResponse:
 		var ps []string
 		for _, t := range r.Topics {
@@ -788,15 +916,74 @@ func fmtRebalance(r *inspect.Rebalance, detail bool) string {
 		s += "\n  waited " + strings.Join(ws, " ")
 	}
 	for _, mv := range r.Moved {
-		from := mv.From
+		from, to, assigned := mv.From, mv.To, "-"
 		if from == "" {
 			from = "-"
 		}
-		s += fmt.Sprintf("\n  move %s.%d %s->%s pause=%dms @%d..%d committed=%d", mv.Topic, mv.Partition, from, mv.To, mv.PauseMs,
-			ms(mv.ReleasedAt), ms(mv.AssignedAt), mv.Committed)
+		if to == "" {
+			to = "-"
+		}
+		if !mv.AssignedAt.IsZero() {
+			assigned = strconv.FormatInt(ms(mv.AssignedAt), 10)
+		}
+		s += fmt.Sprintf("\n  move %s.%d %s->%s pause=%dms @%d..%s committed=%d", mv.Topic, mv.Partition, from, to, mv.PauseMs,
+			ms(mv.ReleasedAt), assigned, mv.Committed)
 	}
 	if r.Storm {
 		s += "\n  storm: " + r.StormCause
 	}
 	return s
+}
+
+// topicID is a topic's id in transcripts: its name, padded.
+func topicID(name string) consumer.TopicID {
+	var id consumer.TopicID
+	copy(id[:], name)
+	return id
+}
+
+func topicName(id consumer.TopicID) string { return strings.TrimRight(string(id[:]), "\x00") }
+
+func fmtParts(ts []consumer.TopicPartitions) string {
+	if len(ts) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, t := range ts {
+		s := fmt.Sprintf("%s%v", topicName(t.TopicID), t.Partitions)
+		if t.Epochs != nil {
+			s += fmt.Sprintf("@%v", t.Epochs)
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "+")
+}
+
+// fmtConsumerRecord prints a consumer group's record.
+func fmtConsumerRecord(r Record) string {
+	c := r.Consumer
+	key := r.Type.String() + " " + c.Group
+	if c.Member != "" {
+		key += "/" + c.Member
+	}
+	if c.Tombstone() {
+		return key + " tombstone"
+	}
+	switch {
+	case c.GroupEpoch != nil:
+		return fmt.Sprintf("%s epoch=%d", key, c.GroupEpoch.Epoch)
+	case c.MemberMetadata != nil:
+		v := c.MemberMetadata
+		return fmt.Sprintf("%s instance=%q client=%s topics=%v regex=%q assignor=%q", key, v.InstanceID, v.ClientID,
+			v.SubscribedTopicNames, v.SubscribedTopicRegex, v.ServerAssignor)
+	case c.Target != nil:
+		return fmt.Sprintf("%s %s", key, fmtParts(c.Target.Partitions))
+	case c.TargetEpoch != nil:
+		return fmt.Sprintf("%s epoch=%d", key, c.TargetEpoch.AssignmentEpoch)
+	case c.Current != nil:
+		v := c.Current
+		return fmt.Sprintf("%s epoch=%d prev=%d state=%s assigned=%s pending=%s", key, v.MemberEpoch, v.PreviousMemberEpoch,
+			v.State, fmtParts(v.Assigned), fmtParts(v.PendingRevocation))
+	}
+	return key + " ?"
 }

@@ -8,6 +8,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/groupd/groupd/internal/group/core"
 )
 
 // Assignor names, as members send them in ServerAssignor.
@@ -43,14 +45,17 @@ type Config struct {
 	// may name, the first being the default. Known names: "uniform",
 	// "range".
 	Assignors []string
-	// HistorySize is how many finished rebalances each group remembers.
-	HistorySize int
 	// NewMemberID returns a fresh member id for ConsumerGroupHeartbeat v0,
 	// where the coordinator generates it. It must be deterministic for
 	// reproducibility and should not repeat across restarts: seed it
 	// differently per load (see SeededMemberIDs). The machine retries if
 	// the id is already in use in the group.
 	NewMemberID func() string
+	// CommittedOffset, if set, looks up a group's committed offset of a
+	// partition, for the rebalance record of the partitions that change
+	// owner. The offsets live beside the machine (with the classic
+	// groups'), so this is how it reads them; nil leaves them unknown.
+	CommittedOffset func(group, topic string, partition int32) (int64, bool)
 }
 
 // DefaultConfig returns Kafka 4.3's defaults.
@@ -64,7 +69,6 @@ func DefaultConfig() Config {
 		MaxHeartbeatInterval: 15 * time.Second,
 		MaxSize:              math.MaxInt32,
 		Assignors:            []string{AssignorUniform, AssignorRange},
-		HistorySize:          16,
 	}
 }
 
@@ -93,9 +97,6 @@ func (c Config) withDefaults() Config {
 	}
 	if len(c.Assignors) == 0 {
 		c.Assignors = d.Assignors
-	}
-	if c.HistorySize <= 0 {
-		c.HistorySize = d.HistorySize
 	}
 	if c.NewMemberID == nil {
 		c.NewMemberID = SeededMemberIDs(0)
@@ -151,14 +152,7 @@ func SequentialMemberIDs(prefix string) func() string {
 // base64url without padding) drawn from a splitmix64 stream started at seed,
 // so they are reproducible for a given seed.
 func SeededMemberIDs(seed uint64) func() string {
-	s := seed
-	next := func() uint64 {
-		s += 0x9e3779b97f4a7c15
-		z := s
-		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-		z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-		return z ^ (z >> 31)
-	}
+	next := core.SplitMix64(seed)
 	return func() string {
 		var b [16]byte
 		binary.BigEndian.PutUint64(b[:8], next())

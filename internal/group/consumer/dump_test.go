@@ -44,15 +44,6 @@ func (m *Machine) dump(name func(TopicID) string) string {
 	return b.String()
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
-}
-
 func fmtCounts(m map[string]int) string {
 	var parts []string
 	for _, k := range sortedKeys(m) {

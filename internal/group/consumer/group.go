@@ -159,8 +159,8 @@ type group struct {
 	// the group state costs O(1) instead of a scan per heartbeat.
 	unreconciled int
 
-	// Rebalance history (soft state).
-	history  []rebalance
+	// The rebalance in progress and the partitions given up in it (soft
+	// state); finished rebalances go to the caller.
 	current  *rebalance
 	released map[tp]release
 }
@@ -422,8 +422,13 @@ func (m *Machine) setCurrent(g *group, mem *member, epoch, prev int32, state Mem
 }
 
 // apply changes the state by one record, the same way for live steps and
-// for Replay.
+// for Replay. A tombstone for a group that does not exist changes nothing:
+// in log order, the tombstones of a deleted group may come after the one
+// that removed it.
 func (m *Machine) apply(r Record) error {
+	if r.Tombstone() && m.groups[r.Group] == nil {
+		return nil
+	}
 	switch r.Type {
 	case RecordGroupEpoch:
 		if r.GroupEpoch == nil {
@@ -512,9 +517,5 @@ func (m *Machine) apply(r Record) error {
 // dropGroup forgets a group and its deadlines.
 func (m *Machine) dropGroup(g *group) {
 	delete(m.groups, g.id)
-	for k := range m.timers {
-		if k.Group == g.id {
-			m.cancel(k)
-		}
-	}
+	m.timers.CancelGroup(g.id)
 }

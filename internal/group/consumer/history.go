@@ -16,6 +16,7 @@ const (
 	triggerRebalanceTimeout     = inspect.TriggerRebalanceTimeout
 	triggerSubscriptionChanged  = inspect.TriggerSubscriptionChanged
 	triggerTopicMetadataChanged = inspect.TriggerTopicMetadataChanged
+	triggerCoordinatorLoaded    = inspect.TriggerCoordinatorLoaded
 )
 
 // cause is why the next group epoch bump of this step happens.
@@ -112,7 +113,9 @@ func (m *Machine) trackMoves(g *group, mem *member, oldAssigned partSet, wasReco
 		if g.current == nil {
 			return
 		}
-		mv := inspect.Move{Topic: m.topicName(id), Partition: p, To: mem.id, CommitGap: -1, ReleasedAt: m.now, AssignedAt: m.now}
+		topic := m.topicName(id)
+		mv := inspect.Move{Topic: topic, Partition: p, To: mem.id, Committed: m.committed(g.id, topic, p),
+			CommitGap: -1, ReleasedAt: m.now, AssignedAt: m.now}
 		if wasReleased {
 			mv.From = rel.from
 			mv.PauseMs = m.now.Sub(rel.at).Milliseconds()
@@ -150,23 +153,14 @@ func (m *Machine) maybeCloseRebalance(g *group) {
 func (m *Machine) closeRebalance(g *group, outcome string) {
 	r := g.current
 	r.end, r.outcome = m.now, outcome
-	for id := range g.members {
-		if !r.startMembers[id] {
-			r.in = append(r.in, id)
-		}
-	}
-	for id := range r.startMembers {
-		if _, ok := g.members[id]; !ok {
-			r.out = append(r.out, id)
-		}
-	}
-	slices.Sort(r.in)
-	slices.Sort(r.out)
+	r.in, r.out = r.membersInOut(g)
 	if outcome != "restarted" {
 		// Partitions given up that nobody took: their topic went away or
 		// nobody subscribes to it any more.
 		for k, rel := range g.released {
-			r.moves = append(r.moves, inspect.Move{Topic: m.topicName(k.id), Partition: k.p, From: rel.from, CommitGap: -1, ReleasedAt: rel.at})
+			topic := m.topicName(k.id)
+			r.moves = append(r.moves, inspect.Move{Topic: topic, Partition: k.p, From: rel.from,
+				Committed: m.committed(g.id, topic, k.p), CommitGap: -1, ReleasedAt: rel.at})
 		}
 		g.released = nil
 	}
@@ -179,36 +173,59 @@ func (m *Machine) closeRebalance(g *group, outcome string) {
 		}
 		return cmp.Compare(a.To, b.To)
 	})
-	g.history = append(g.history, *r)
-	if over := len(g.history) - m.cfg.HistorySize; over > 0 {
-		g.history = slices.Clone(g.history[over:])
-	}
+	v := r.view(g.id, m.now)
+	m.out.Rebalances = append(m.out.Rebalances, &v)
 	g.current = nil
 }
 
-// Rebalances returns a group's rebalance records, oldest first, the one in
-// progress (if any) last; nil for an unknown group. A rebalance is one group
-// epoch bump: it ends when every member holds the new target assignment
-// ("stable"), when the group empties ("empty"), or when another bump
-// supersedes it ("restarted"). Moves carry the pause between the previous
-// owner giving a partition up and the new owner receiving it; commit gaps
-// are left at -1 for the coordinator, which knows offsets, to fill in.
-func (m *Machine) Rebalances(groupID string) []inspect.Rebalance {
-	g := m.groups[groupID]
-	if g == nil {
-		return nil
+// committed is the group's committed offset of a partition, -1 if none.
+func (m *Machine) committed(groupID, topic string, p int32) int64 {
+	if f := m.cfg.CommittedOffset; f != nil {
+		if o, ok := f(groupID, topic, p); ok {
+			return o
+		}
 	}
-	out := make([]inspect.Rebalance, 0, len(g.history)+1)
-	for i := range g.history {
-		out = append(out, g.history[i].view(groupID))
-	}
-	if g.current != nil {
-		out = append(out, g.current.view(groupID))
-	}
-	return out
+	return -1
 }
 
-func (r *rebalance) view(groupID string) inspect.Rebalance {
+// InProgress returns a group's rebalance in progress as it stands, if any.
+// A rebalance is one group epoch bump: it ends when every member holds the
+// new target assignment ("stable"), when the group empties ("empty"), or
+// when another bump supersedes it ("restarted"), and then comes out of the
+// step in Output.Rebalances. Moves carry the pause between the previous
+// owner giving a partition up and the new owner receiving it; commit gaps
+// are left at -1 for the coordinator, which knows high watermarks, to fill
+// in.
+func (m *Machine) InProgress(groupID string, now time.Time) (inspect.Rebalance, bool) {
+	g := m.groups[groupID]
+	if g == nil || g.current == nil {
+		return inspect.Rebalance{}, false
+	}
+	r := *g.current
+	r.in, r.out = r.membersInOut(g)
+	return r.view(groupID, now), true
+}
+
+// membersInOut compares the members now with those at the start.
+func (r *rebalance) membersInOut(g *group) (in, out []string) {
+	for id := range g.members {
+		if !r.startMembers[id] {
+			in = append(in, id)
+		}
+	}
+	for id := range r.startMembers {
+		if _, ok := g.members[id]; !ok {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(in)
+	slices.Sort(out)
+	return in, out
+}
+
+// view is the rebalance as the history shows it; one in progress lasts
+// until now.
+func (r *rebalance) view(groupID string, now time.Time) inspect.Rebalance {
 	v := inspect.Rebalance{
 		Group:            groupID,
 		Protocol:         inspect.ProtocolConsumer,
@@ -226,9 +243,11 @@ func (r *rebalance) view(groupID string) inspect.Rebalance {
 		end := r.end
 		v.EndedAt = &end
 		v.DurationMs = r.end.Sub(r.start).Milliseconds()
+	} else {
+		v.DurationMs = max(now.Sub(r.start).Milliseconds(), 0)
 	}
 	for id, d := range r.waits {
-		v.WaitedFor = append(v.WaitedFor, inspect.Wait{Member: id, WaitedMs: d.Milliseconds()})
+		v.WaitedFor = append(v.WaitedFor, inspect.Wait{Member: id, WaitedMs: d.Milliseconds(), Rejoined: true})
 	}
 	slices.SortFunc(v.WaitedFor, func(a, b inspect.Wait) int {
 		if c := cmp.Compare(b.WaitedMs, a.WaitedMs); c != 0 {
@@ -236,5 +255,17 @@ func (r *rebalance) view(groupID string) inspect.Rebalance {
 		}
 		return cmp.Compare(a.Member, b.Member)
 	})
+	if len(v.WaitedFor) > inspect.MaxWaits {
+		v.WaitedFor = slices.Clip(v.WaitedFor[:inspect.MaxWaits])
+	}
+	if v.MembersIn == nil {
+		v.MembersIn = []string{}
+	}
+	if v.MembersOut == nil {
+		v.MembersOut = []string{}
+	}
+	if v.Moved == nil {
+		v.Moved = []inspect.Move{}
+	}
 	return v
 }

@@ -3,18 +3,20 @@ package consumer
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/groupd/groupd/internal/group/core"
+	"github.com/groupd/groupd/internal/inspect"
 )
 
 // RequestID is an opaque handle the caller attaches to each request; the
 // reply carries it back.
-type RequestID uint64
+type RequestID = core.RequestID
 
-// Event is an input to Step: a Request, a Timer firing, TopicsChanged or
-// Unload.
+// Event is an input to Step: a Request, a Timer firing, TopicsChanged,
+// DeleteGroup or Unload.
 type Event interface{ isEvent() }
 
 // Request is a client request. Msg is a *kmsg.ConsumerGroupHeartbeatRequest
@@ -39,60 +41,44 @@ type Timer struct{ Key TimerKey }
 // group epoch at once, without waiting for a member to notice.
 type TopicsChanged struct{ Topics []Topic }
 
+// DeleteGroup deletes a group that has no members, with tombstones for all
+// its records: DeleteGroups, the expiry of an empty group's last offset,
+// and a classic JoinGroup taking over the group id. A group with members,
+// or none, is left alone.
+type DeleteGroup struct{ Group string }
+
 // Unload drops all groups and deadlines, for when the shard moves away.
 type Unload struct{}
 
 func (Request) isEvent()       {}
 func (Timer) isEvent()         {}
 func (TopicsChanged) isEvent() {}
+func (DeleteGroup) isEvent()   {}
 func (Unload) isEvent()        {}
 
 // TimerKind names what a deadline is for.
-type TimerKind uint8
+type TimerKind = core.TimerKind
 
 // Timer kinds, after Kafka's keyed timers.
 const (
 	// TimerSession fences a member that stopped heartbeating. It is also
 	// the rejoin window of a static member that left with epoch -2: like
 	// Kafka, the leave does not move it.
-	TimerSession TimerKind = iota
+	TimerSession = core.TimerSession
 	// TimerRebalance fences a member that did not revoke the partitions
 	// it was asked to give up within its rebalance timeout.
-	TimerRebalance
+	TimerRebalance = core.TimerRebalance
 )
 
-func (k TimerKind) String() string {
-	switch k {
-	case TimerSession:
-		return "session"
-	case TimerRebalance:
-		return "rebalance"
-	}
-	return fmt.Sprintf("TimerKind(%d)", uint8(k))
-}
-
 // TimerKey identifies a deadline; scheduling a key again replaces it.
-type TimerKey struct {
-	Group  string
-	Kind   TimerKind
-	Member string
-}
-
-func (k TimerKey) String() string { return fmt.Sprintf("%s/%s-%s", k.Group, k.Kind, k.Member) }
+type TimerKey = core.TimerKey
 
 // TimerUpdate sets (Cancel false) or removes (Cancel true) a deadline.
-type TimerUpdate struct {
-	Key      TimerKey
-	Deadline time.Time
-	Cancel   bool
-}
+type TimerUpdate = core.TimerUpdate
 
 // Reply answers a request. Msg is the kmsg response with the request's
 // version.
-type Reply struct {
-	ID  RequestID
-	Msg kmsg.Response
-}
+type Reply = core.Reply
 
 // Output is everything one Step produced. Replies must not be released
 // before Records (and the records of every earlier Output) are durable.
@@ -100,6 +86,10 @@ type Output struct {
 	Records []Record
 	Replies []Reply
 	Timers  []TimerUpdate
+	// Rebalances are the rebalances this step finished, for the caller
+	// to keep in the group's history; the machine keeps only the one in
+	// progress (InProgress).
+	Rebalances []*inspect.Rebalance
 }
 
 // Machine is the consumer-group state machine of one shard. The zero value
@@ -107,17 +97,12 @@ type Output struct {
 type Machine struct {
 	cfg    Config
 	groups map[string]*group
-	timers map[TimerKey]time.Time
+	timers core.Timers
 	topics topicImage
 
 	// per-step scratch
-	now time.Time
-	out Output
-	// The keys whose deadline this step changed: a heartbeat changes one
-	// or two, so a short list; a step touching many (a load, an unload)
-	// moves them to a set.
-	dirtyList []TimerKey
-	dirty     map[TimerKey]bool
+	now       time.Time
+	out       Output
 	touched   []*group
 	replaying bool
 	pending   cause // why the next epoch bump of this step happens
@@ -128,7 +113,6 @@ func New(cfg Config) *Machine {
 	return &Machine{
 		cfg:    cfg.withDefaults(),
 		groups: map[string]*group{},
-		timers: map[TimerKey]time.Time{},
 		topics: newTopicImage(nil),
 	}
 }
@@ -146,6 +130,8 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 		m.timer(ev.Key)
 	case TopicsChanged:
 		m.topicsChanged(ev.Topics)
+	case DeleteGroup:
+		m.deleteGroup(ev.Group)
 	case Unload:
 		m.unload()
 	default:
@@ -157,7 +143,6 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 func (m *Machine) begin(now time.Time) {
 	m.now = now
 	m.out = Output{}
-	m.dirty, m.dirtyList = nil, m.dirtyList[:0]
 	m.touched = m.touched[:0]
 	m.pending = cause{}
 }
@@ -166,26 +151,9 @@ func (m *Machine) end() Output {
 	for _, g := range m.touched {
 		m.maybeCloseRebalance(g)
 	}
-	keys := m.dirtyList
-	if m.dirty != nil {
-		keys = make([]TimerKey, 0, len(m.dirty))
-		for k := range m.dirty {
-			keys = append(keys, k)
-		}
-	}
-	if len(keys) > 0 {
-		sortTimerKeys(keys)
-		m.out.Timers = make([]TimerUpdate, 0, len(keys))
-		for _, k := range keys {
-			if d, ok := m.timers[k]; ok {
-				m.out.Timers = append(m.out.Timers, TimerUpdate{Key: k, Deadline: d})
-			} else {
-				m.out.Timers = append(m.out.Timers, TimerUpdate{Key: k, Cancel: true})
-			}
-		}
-	}
+	m.out.Timers = m.timers.Updates()
 	out := m.out
-	m.out, m.dirty, m.dirtyList = Output{}, nil, m.dirtyList[:0]
+	m.out = Output{}
 	m.touched = m.touched[:0]
 	return out
 }
@@ -200,55 +168,9 @@ func (m *Machine) touch(g *group) {
 	m.touched = append(m.touched, g)
 }
 
-// sortTimerKeys orders keys by group, kind and member; keys are distinct so
-// the order is total.
-func sortTimerKeys(keys []TimerKey) {
-	slices.SortFunc(keys, func(a, b TimerKey) int {
-		if c := strings.Compare(a.Group, b.Group); c != 0 {
-			return c
-		}
-		if a.Kind != b.Kind {
-			return int(a.Kind) - int(b.Kind)
-		}
-		return strings.Compare(a.Member, b.Member)
-	})
-}
+func (m *Machine) schedule(k TimerKey, d time.Duration) { m.timers.Set(k, m.now.Add(d)) }
 
-// dirtyListMax is how many keys the list holds before they move to the set.
-const dirtyListMax = 8
-
-func (m *Machine) markDirty(k TimerKey) {
-	if m.dirty != nil {
-		m.dirty[k] = true
-		return
-	}
-	for _, d := range m.dirtyList {
-		if d == k {
-			return
-		}
-	}
-	if len(m.dirtyList) < dirtyListMax {
-		m.dirtyList = append(m.dirtyList, k)
-		return
-	}
-	m.dirty = make(map[TimerKey]bool, 2*dirtyListMax)
-	for _, d := range m.dirtyList {
-		m.dirty[d] = true
-	}
-	m.dirty[k] = true
-}
-
-func (m *Machine) schedule(k TimerKey, d time.Duration) {
-	m.timers[k] = m.now.Add(d)
-	m.markDirty(k)
-}
-
-func (m *Machine) cancel(k TimerKey) {
-	if _, ok := m.timers[k]; ok {
-		delete(m.timers, k)
-		m.markDirty(k)
-	}
-}
+func (m *Machine) cancel(k TimerKey) { m.timers.Cancel(k) }
 
 func (m *Machine) reply(id RequestID, msg kmsg.Response) {
 	m.out.Replies = append(m.out.Replies, Reply{ID: id, Msg: msg})
@@ -267,18 +189,7 @@ func (m *Machine) emit(r Record) {
 
 // Deadlines returns all scheduled deadlines sorted by key, so a runtime that
 // lost its timer table (or a test) can rebuild it.
-func (m *Machine) Deadlines() []TimerUpdate {
-	keys := make([]TimerKey, 0, len(m.timers))
-	for k := range m.timers {
-		keys = append(keys, k)
-	}
-	sortTimerKeys(keys)
-	out := make([]TimerUpdate, len(keys))
-	for i, k := range keys {
-		out[i] = TimerUpdate{Key: k, Deadline: m.timers[k]}
-	}
-	return out
-}
+func (m *Machine) Deadlines() []TimerUpdate { return m.timers.All() }
 
 func (m *Machine) request(r Request) {
 	switch req := r.Msg.(type) {
@@ -292,12 +203,9 @@ func (m *Machine) request(r Request) {
 }
 
 func (m *Machine) timer(k TimerKey) {
-	d, ok := m.timers[k]
-	if !ok || m.now.Before(d) {
+	if !m.timers.Due(k, m.now) {
 		return // cancelled, moved later, or early
 	}
-	delete(m.timers, k)
-	m.markDirty(k)
 	g := m.groups[k.Group]
 	if g == nil {
 		return
@@ -320,9 +228,7 @@ func (m *Machine) timer(k TimerKey) {
 
 func (m *Machine) unload() {
 	m.groups = map[string]*group{}
-	for k := range m.timers {
-		m.cancel(k)
-	}
+	m.timers.CancelAll()
 }
 
 // GroupState returns a group's state and group epoch (Dead, -1 if unknown).

@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/groupd/groupd/internal/group/core"
 	"pgregory.net/rapid"
 )
 
@@ -365,7 +367,7 @@ func (s *sim) advance(d time.Duration) {
 		for k := range s.timers {
 			keys = append(keys, k)
 		}
-		sortTimerKeys(keys)
+		core.SortTimerKeys(keys)
 		for _, k := range keys {
 			if dl := s.timers[k]; !dl.After(to) && (!found || dl.Before(at)) {
 				next, at, found = k, dl, true

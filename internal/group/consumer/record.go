@@ -2,9 +2,10 @@ package consumer
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
+
+	"github.com/groupd/groupd/internal/group/core"
 )
 
 // RecordType says what a record's key names. The records follow Kafka's
@@ -149,9 +150,9 @@ func (r Record) Key() []byte { return r.AppendKey(nil) }
 // AppendKey appends the encoding of Key to b.
 func (r Record) AppendKey(b []byte) []byte {
 	b = append(b, keyVersion, byte(r.Type))
-	b = appendString(b, r.Group)
+	b = core.AppendString(b, r.Group)
 	if r.Type.memberKeyed() {
-		b = appendString(b, r.Member)
+		b = core.AppendString(b, r.Member)
 	}
 	return b
 }
@@ -177,17 +178,17 @@ func (r Record) AppendValue(b []byte) []byte {
 		b = binary.BigEndian.AppendUint64(b, r.GroupEpoch.MetadataHash)
 	case RecordMemberMetadata:
 		v := r.MemberMetadata
-		b = appendString(b, v.InstanceID)
-		b = appendString(b, v.RackID)
-		b = appendString(b, v.ClientID)
-		b = appendString(b, v.ClientHost)
+		b = core.AppendString(b, v.InstanceID)
+		b = core.AppendString(b, v.RackID)
+		b = core.AppendString(b, v.ClientID)
+		b = core.AppendString(b, v.ClientHost)
 		b = binary.AppendUvarint(b, uint64(len(v.SubscribedTopicNames)))
 		for _, n := range v.SubscribedTopicNames {
-			b = appendString(b, n)
+			b = core.AppendString(b, n)
 		}
-		b = appendString(b, v.SubscribedTopicRegex)
+		b = core.AppendString(b, v.SubscribedTopicRegex)
 		b = binary.AppendVarint(b, int64(v.RebalanceTimeoutMs))
-		b = appendString(b, v.ServerAssignor)
+		b = core.AppendString(b, v.ServerAssignor)
 	case RecordTargetMember:
 		b = appendTopicPartitions(b, r.Target.Partitions, false)
 	case RecordTargetEpoch:
@@ -201,11 +202,6 @@ func (r Record) AppendValue(b []byte) []byte {
 		b = appendTopicPartitions(b, v.PendingRevocation, true)
 	}
 	return b
-}
-
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
 }
 
 // appendTopicPartitions writes topics with partitions as deltas from the
@@ -230,112 +226,41 @@ func appendTopicPartitions(b []byte, ts []TopicPartitions, epochs bool) []byte {
 	return b
 }
 
-var errCorrupt = errors.New("consumer: corrupt record")
+var errCorrupt = fmt.Errorf("consumer: %w", core.ErrCorrupt)
 
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) fail() {
-	if r.err == nil {
-		r.err = errCorrupt
-	}
-}
-
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	// Only the shortest encoding is accepted, so whatever decodes encodes
-	// back to the same bytes.
-	if n <= 0 || n != len(binary.AppendUvarint(nil, v)) {
-		r.fail()
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 || n != len(binary.AppendVarint(nil, v)) {
-		r.fail()
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) int32() int32 {
-	v := r.varint()
-	if v < math.MinInt32 || v > math.MaxInt32 {
-		r.fail()
-		return 0
-	}
-	return int32(v)
-}
-
-func (r *reader) take(n uint64) []byte {
-	if r.err != nil {
-		return nil
-	}
-	if n > uint64(len(r.b)) {
-		r.fail()
-		return nil
-	}
-	v := r.b[:n:n]
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) string() string { return string(r.take(r.uvarint())) }
-
-// count reads a length and refuses one the remaining input cannot hold at
-// minSize bytes per element, before anything is allocated for it.
-func (r *reader) count(minSize int) int {
-	n := r.uvarint()
-	if r.err == nil && n > uint64(len(r.b)/minSize) {
-		r.fail()
-		return 0
-	}
-	return int(n)
-}
+// reader reads record values; see core.Reader.
+type reader struct{ core.Reader }
 
 // topicPartitions reads what appendTopicPartitions wrote and insists on its
 // canonical form: topics ascending by id, none empty, partitions ascending
 // and distinct within int32. The machine's partition sets rely on it.
 func (r *reader) topicPartitions(epochs bool) []TopicPartitions {
-	n := r.count(17)
+	n := r.Count(17)
 	var out []TopicPartitions
-	for i := 0; i < n && r.err == nil; i++ {
+	for i := 0; i < n && r.Err == nil; i++ {
 		var t TopicPartitions
-		copy(t.TopicID[:], r.take(16))
+		copy(t.TopicID[:], r.Take(16))
 		if i > 0 && compareIDs(out[i-1].TopicID, t.TopicID) >= 0 {
-			r.fail()
+			r.Fail()
 		}
-		np := r.count(1)
+		np := r.Count(1)
 		if np == 0 {
-			r.fail()
+			r.Fail()
 		}
 		t.Partitions = make([]int32, 0, np)
 		prev := int64(-1)
-		for j := 0; j < np && r.err == nil; j++ {
-			p := prev + 1 + int64(r.uvarint())
+		for j := 0; j < np && r.Err == nil; j++ {
+			p := prev + 1 + int64(r.Uvarint())
 			if p > math.MaxInt32 {
-				r.fail()
+				r.Fail()
 			}
 			t.Partitions = append(t.Partitions, int32(p))
 			prev = p
 		}
 		if epochs {
 			t.Epochs = make([]int32, 0, np)
-			for j := 0; j < np && r.err == nil; j++ {
-				t.Epochs = append(t.Epochs, r.int32())
+			for j := 0; j < np && r.Err == nil; j++ {
+				t.Epochs = append(t.Epochs, r.Int32())
 			}
 		}
 		out = append(out, t)
@@ -357,12 +282,12 @@ func DecodeRecord(key, value []byte) (Record, error) {
 	default:
 		return Record{}, fmt.Errorf("consumer: unknown record type %d", key[1])
 	}
-	kr := reader{b: key[2:]}
-	rec.Group = kr.string()
+	kr := reader{core.NewReader(key[2:])}
+	rec.Group = kr.String()
 	if rec.Type.memberKeyed() {
-		rec.Member = kr.string()
+		rec.Member = kr.String()
 	}
-	if kr.err != nil || len(kr.b) != 0 {
+	if kr.Err != nil || len(kr.B) != 0 {
 		return Record{}, errCorrupt
 	}
 	if value == nil {
@@ -374,52 +299,49 @@ func DecodeRecord(key, value []byte) (Record, error) {
 	if v := binary.BigEndian.Uint16(value); v != valueVersion {
 		return Record{}, fmt.Errorf("consumer: unknown record value version %d", v)
 	}
-	r := reader{b: value[2:]}
+	r := reader{core.NewReader(value[2:])}
 	switch rec.Type {
 	case RecordGroupEpoch:
-		v := &GroupEpoch{Epoch: r.int32()}
-		if h := r.take(8); r.err == nil {
+		v := &GroupEpoch{Epoch: r.Int32()}
+		if h := r.Take(8); r.Err == nil {
 			v.MetadataHash = binary.BigEndian.Uint64(h)
 		}
 		rec.GroupEpoch = v
 	case RecordMemberMetadata:
 		v := &MemberMetadata{}
-		v.InstanceID = r.string()
-		v.RackID = r.string()
-		v.ClientID = r.string()
-		v.ClientHost = r.string()
-		n := r.count(1)
-		for i := 0; i < n && r.err == nil; i++ {
-			name := r.string()
+		v.InstanceID = r.String()
+		v.RackID = r.String()
+		v.ClientID = r.String()
+		v.ClientHost = r.String()
+		n := r.Count(1)
+		for i := 0; i < n && r.Err == nil; i++ {
+			name := r.String()
 			// Sorted and distinct, as the machine writes them.
 			if i > 0 && v.SubscribedTopicNames[i-1] >= name {
-				r.fail()
+				r.Fail()
 			}
 			v.SubscribedTopicNames = append(v.SubscribedTopicNames, name)
 		}
-		v.SubscribedTopicRegex = r.string()
-		v.RebalanceTimeoutMs = r.int32()
-		v.ServerAssignor = r.string()
+		v.SubscribedTopicRegex = r.String()
+		v.RebalanceTimeoutMs = r.Int32()
+		v.ServerAssignor = r.String()
 		rec.MemberMetadata = v
 	case RecordTargetMember:
 		rec.Target = &TargetAssignment{Partitions: r.topicPartitions(false)}
 	case RecordTargetEpoch:
-		rec.TargetEpoch = &TargetAssignmentEpoch{AssignmentEpoch: r.int32()}
+		rec.TargetEpoch = &TargetAssignmentEpoch{AssignmentEpoch: r.Int32()}
 	case RecordCurrentAssignment:
 		v := &CurrentAssignment{}
-		v.MemberEpoch = r.int32()
-		v.PreviousMemberEpoch = r.int32()
-		if s := r.take(1); r.err == nil {
+		v.MemberEpoch = r.Int32()
+		v.PreviousMemberEpoch = r.Int32()
+		if s := r.Take(1); r.Err == nil {
 			v.State = MemberState(int8(s[0]))
 		}
 		v.Assigned = r.topicPartitions(true)
 		v.PendingRevocation = r.topicPartitions(true)
 		rec.Current = v
 	}
-	if r.err != nil {
-		return Record{}, r.err
-	}
-	if len(r.b) != 0 {
+	if r.Err != nil || len(r.B) != 0 {
 		return Record{}, errCorrupt
 	}
 	return rec, nil

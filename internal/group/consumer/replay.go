@@ -15,13 +15,15 @@ import (
 //
 // Like Kafka's onLoaded, every member gets a fresh session deadline from
 // now, and a member that was revoking partitions a fresh rebalance
-// deadline; the returned Output holds them. Records that contradict each
+// deadline; the returned Output holds them. A group that was rebalancing
+// (not Stable) has its rebalance recorded on from now, as triggered by the
+// load (coordinator-loaded). Records that contradict each
 // other (a partition held by two members) are an error naming the record,
 // and leave the machine without groups.
 func (m *Machine) Replay(now time.Time, recs []Record) (Output, error) {
 	m.begin(now)
 	m.groups = map[string]*group{}
-	m.timers = map[TimerKey]time.Time{}
+	m.timers.Reset()
 	m.replaying = true
 	for i, r := range recs {
 		if err := m.apply(r); err != nil {
@@ -34,6 +36,13 @@ func (m *Machine) Replay(now time.Time, recs []Record) (Output, error) {
 	m.replaying = false
 	for _, id := range m.Groups() {
 		g := m.groups[id]
+		if s := g.state(); s == Assigning || s == Reconciling {
+			// The rebalance that was in progress goes on being
+			// recorded from here: what happened before the load is
+			// not known.
+			m.setCause(cause{trigger: triggerCoordinatorLoaded})
+			m.openRebalance(g, g.epoch)
+		}
 		for _, mem := range g.sortedMembers() {
 			mem.lastHeartbeat = now
 			m.schedule(TimerKey{Group: id, Kind: TimerSession, Member: mem.id}, m.cfg.SessionTimeout)

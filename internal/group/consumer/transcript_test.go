@@ -14,6 +14,9 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/groupd/groupd/internal/group/core"
+	"github.com/groupd/groupd/internal/inspect"
 )
 
 // TestTranscripts drives the machine from testdata/*. Rewrite expectations
@@ -51,11 +54,14 @@ type harness struct {
 	created  uint16
 	buf      *bytes.Buffer
 	cmdCount int
+	// history keeps the finished rebalances, as the caller of the machine
+	// does.
+	history map[string][]*inspect.Rebalance
 }
 
 func newHarness(cfg Config) *harness {
 	h := &harness{cfg: cfg, now: epoch0, timers: map[TimerKey]time.Time{}, store: map[string][]byte{},
-		names: map[TopicID]string{}, ids: map[string]TopicID{}}
+		names: map[TopicID]string{}, ids: map[string]TopicID{}, history: map[string][]*inspect.Rebalance{}}
 	h.cfg.NewMemberID = SequentialMemberIDs("gen-")
 	h.m = New(h.cfg)
 	return h
@@ -142,7 +148,6 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			HeartbeatInterval: time.Duration(a.num(t, "heartbeat", 0)) * time.Millisecond,
 			MaxSize:           int(a.num(t, "max-size", 0)),
 			Assignors:         a.list("assignors"),
-			HistorySize:       int(a.num(t, "history", 0)),
 		}
 		*h = *newHarness(cfg)
 		return "ok"
@@ -209,7 +214,12 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return h.result()
 
 	case "history":
-		for _, r := range h.m.Rebalances(a.str("g", "g1")) {
+		id := a.str("g", "g1")
+		rs := h.history[id]
+		if r, ok := h.m.InProgress(id, h.now); ok {
+			rs = append(rs, &r)
+		}
+		for _, r := range rs {
 			end := "-"
 			if r.EndedAt != nil {
 				end = strconv.FormatInt(ms(*r.EndedAt), 10)
@@ -339,6 +349,9 @@ func (h *harness) apply(t *testing.T, out Output) {
 	for _, r := range out.Replies {
 		fmt.Fprintf(h.buf, "#%d %s\n", r.ID, h.fmtResponse(r.Msg))
 	}
+	for _, r := range out.Rebalances {
+		h.history[r.Group] = append(h.history[r.Group], r)
+	}
 	for _, u := range out.Timers {
 		if u.Cancel {
 			delete(h.timers, u.Key)
@@ -402,7 +415,7 @@ func (h *harness) advance(t *testing.T, to time.Time) {
 		for k := range h.timers {
 			keys = append(keys, k)
 		}
-		sortTimerKeys(keys)
+		core.SortTimerKeys(keys)
 		for _, k := range keys {
 			d := h.timers[k]
 			if d.After(to) {

@@ -9,7 +9,9 @@ import (
 
 // Summary returns a group's line in the group list; ok is false for an
 // unknown group. Lag is left at -1 for the coordinator, which knows
-// offsets and high watermarks, to fill in.
+// offsets and high watermarks, to fill in, and the rebalance count and
+// last rebalance for the caller, which keeps the history (the one in
+// progress is InProgress).
 func (m *Machine) Summary(id string) (s inspect.GroupSummary, ok bool) {
 	g := m.groups[id]
 	if g == nil {
@@ -24,10 +26,6 @@ func (m *Machine) Summary(id string) (s inspect.GroupSummary, ok bool) {
 		Generation:   g.epoch,
 		MemberCount:  len(g.members),
 		Lag:          -1,
-		Rebalances:   len(g.history),
-	}
-	if rs := m.Rebalances(id); len(rs) > 0 {
-		s.LastRebalance = rs[len(rs)-1].Summary()
 	}
 	return s, true
 }

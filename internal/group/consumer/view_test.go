@@ -8,7 +8,15 @@ import (
 func TestViewAndUnload(t *testing.T) {
 	m := New(Config{})
 	m.Step(epoch0, TopicsChanged{Topics: []Topic{{Name: "t", ID: TopicID{1}, Partitions: 3}}})
-	m.Step(epoch0, Request{ID: 1, ClientID: "cli", ClientHost: "/h", Msg: joinRequest("a", "t")})
+	out := m.Step(epoch0, Request{ID: 1, ClientID: "cli", ClientHost: "/h", Msg: joinRequest("a", "t")})
+	// The first join takes the group to epoch 1 and the member to its
+	// target at once: the rebalance is over and goes to the caller.
+	if len(out.Rebalances) != 1 || out.Rebalances[0].Outcome != "stable" || out.Rebalances[0].GenerationAfter != 1 {
+		t.Fatalf("finished rebalances %+v", out.Rebalances)
+	}
+	if _, ok := m.InProgress("g", epoch0); ok {
+		t.Fatal("a rebalance still in progress")
+	}
 	at := epoch0.Add(time.Second)
 	m.Step(at, Request{ID: 2, ClientID: "cli", ClientHost: "/h", Msg: heartbeatRequest("a", 1, nil)})
 
@@ -19,7 +27,7 @@ func TestViewAndUnload(t *testing.T) {
 	if !ok {
 		t.Fatal("no view")
 	}
-	if v.Type != "consumer" || v.State != "Stable" || v.Generation != 1 || v.MemberCount != 1 || v.Protocol != "uniform" || v.Rebalances != 1 || v.LastRebalance == nil {
+	if v.Type != "consumer" || v.State != "Stable" || v.Generation != 1 || v.MemberCount != 1 || v.Protocol != "uniform" || v.Lag != -1 {
 		t.Fatalf("summary %+v", v.GroupSummary)
 	}
 	mem := v.Members[0]
@@ -28,7 +36,7 @@ func TestViewAndUnload(t *testing.T) {
 		t.Fatalf("member %+v", mem)
 	}
 
-	out := m.Step(at, Unload{})
+	out = m.Step(at, Unload{})
 	if len(m.Groups()) != 0 || len(m.Deadlines()) != 0 {
 		t.Fatal("unload left state behind")
 	}
