@@ -42,6 +42,8 @@ import (
 	"time"
 
 	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/group/consumer"
+	"github.com/groupd/groupd/internal/group/core"
 	"github.com/groupd/groupd/internal/store"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -72,6 +74,11 @@ type Config struct {
 	HighWatermark func(topic string, partition int32) (int64, bool)
 	// Observer, if set, is told of finished rebalances and store writes.
 	Observer Observer
+	// Topics returns the broker's topic metadata, for consumer groups'
+	// subscriptions and assignments. It is read when a shard loads and on
+	// every TopicsChanged call; it must be safe for concurrent use. Nil
+	// means no topics.
+	Topics func() []group.Topic
 	// Hooks let a simulation pace and watch the runtime; see Hooks.
 	Hooks Hooks
 }
@@ -82,6 +89,9 @@ type Coordinator struct {
 	shards    []*shard
 	failures  *loadFailures
 	closeOnce sync.Once
+	// topicsMu orders TopicsChanged calls, so that every shard gets the
+	// snapshots in the order they were taken.
+	topicsMu sync.Mutex
 }
 
 // New starts a coordinator: one goroutine per shard, each of which first
@@ -115,12 +125,12 @@ func New(cfg Config) *Coordinator {
 		cfg.Seed = uint64(time.Now().UnixNano())
 	}
 	c := &Coordinator{cfg: cfg, failures: newLoadFailures()}
-	shared := cfg.Group.NewMemberID
+	shared, sharedConsumer := cfg.Group.NewMemberID, cfg.Group.Consumer.NewMemberID
 	var sharedMu sync.Mutex
 	for i := 0; i < cfg.Shards; i++ {
 		gcfg := cfg.Group
 		if shared == nil {
-			gcfg.NewMemberID = group.SeededMemberIDs(mix(cfg.Seed + uint64(i)))
+			gcfg.NewMemberID = group.SeededMemberIDs(core.Mix(cfg.Seed + uint64(i)))
 		} else {
 			// A caller-supplied generator is shared by all shard
 			// goroutines.
@@ -128,6 +138,17 @@ func New(cfg Config) *Coordinator {
 				sharedMu.Lock()
 				defer sharedMu.Unlock()
 				return shared(prefix)
+			}
+		}
+		if sharedConsumer == nil {
+			// Another stream than the classic ids': member ids of
+			// ConsumerGroupHeartbeat v0.
+			gcfg.Consumer.NewMemberID = consumer.SeededMemberIDs(core.Mix(^(cfg.Seed + uint64(i))))
+		} else {
+			gcfg.Consumer.NewMemberID = func() string {
+				sharedMu.Lock()
+				defer sharedMu.Unlock()
+				return sharedConsumer()
 			}
 		}
 		s := newShard(i, &cfg, gcfg)
@@ -139,14 +160,6 @@ func New(cfg Config) *Coordinator {
 		go s.run()
 	}
 	return c
-}
-
-// mix is splitmix64's finalizer: it gives each shard an unrelated stream.
-func mix(z uint64) uint64 {
-	z += 0x9e3779b97f4a7c15
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
 }
 
 func (c *Coordinator) shardOf(groupID string) *shard {
@@ -203,6 +216,10 @@ func (c *Coordinator) Handle(ctx context.Context, clientID, clientHost string, r
 			return c.single(ctx, r.Group, clientID, clientHost, req)
 		}
 		return c.offsetFetchGroups(ctx, clientID, clientHost, r)
+	case *kmsg.ConsumerGroupHeartbeatRequest:
+		return c.single(ctx, r.Group, clientID, clientHost, req)
+	case *kmsg.ConsumerGroupDescribeRequest:
+		return c.consumerGroupDescribe(ctx, clientID, clientHost, r)
 	case *kmsg.DescribeGroupsRequest:
 		return c.describeGroups(ctx, clientID, clientHost, r)
 	case *kmsg.DeleteGroupsRequest:
@@ -240,6 +257,8 @@ func (c *Coordinator) Submit(ctx context.Context, clientID, clientHost string, r
 	case *kmsg.OffsetCommitRequest:
 		groupID = r.Group
 	case *kmsg.OffsetDeleteRequest:
+		groupID = r.Group
+	case *kmsg.ConsumerGroupHeartbeatRequest:
 		groupID = r.Group
 	case *kmsg.OffsetFetchRequest:
 		if r.Version >= 8 {
@@ -395,6 +414,38 @@ func (c *Coordinator) describeGroups(ctx context.Context, clientID, clientHost s
 	out := kmsg.NewPtrDescribeGroupsResponse()
 	out.Version, out.Groups = r.Version, merged
 	return out, nil
+}
+
+func (c *Coordinator) consumerGroupDescribe(ctx context.Context, clientID, clientHost string, r *kmsg.ConsumerGroupDescribeRequest) (kmsg.Response, error) {
+	single, merged, err := scatter(ctx, c, clientID, clientHost, r, r.Groups, self,
+		func(gs []string) kmsg.Request { sub := *r; sub.Groups = gs; return &sub },
+		func(resp kmsg.Response) []kmsg.ConsumerGroupDescribeResponseGroup {
+			return resp.(*kmsg.ConsumerGroupDescribeResponse).Groups
+		})
+	if single != nil || err != nil {
+		return single, err
+	}
+	out := kmsg.NewPtrConsumerGroupDescribeResponse()
+	out.Version, out.Groups = r.Version, merged
+	return out, nil
+}
+
+// TopicsChanged tells every shard the broker's topic metadata as it is
+// now (Config.Topics), after a topic was created, deleted or gained
+// partitions: consumer groups subscribed to it move to a new epoch without
+// waiting for a member to notice. It does not wait for the shards, so a
+// caller holding its own locks may call it, as long as Config.Topics does
+// not need them.
+func (c *Coordinator) TopicsChanged() {
+	if c.cfg.Topics == nil {
+		return
+	}
+	c.topicsMu.Lock()
+	defer c.topicsMu.Unlock()
+	ts := c.cfg.Topics()
+	for _, s := range c.shards {
+		s.enqueue(event{kind: evTopics, topics: ts})
+	}
 }
 
 func (c *Coordinator) deleteGroups(ctx context.Context, clientID, clientHost string, r *kmsg.DeleteGroupsRequest) (kmsg.Response, error) {

@@ -62,6 +62,12 @@ func SetErrorCode(resp kmsg.Response, code int16) bool {
 		}
 	case *kmsg.ListGroupsResponse:
 		r.ErrorCode = code
+	case *kmsg.ConsumerGroupHeartbeatResponse:
+		r.ErrorCode = code
+	case *kmsg.ConsumerGroupDescribeResponse:
+		for i := range r.Groups {
+			r.Groups[i].ErrorCode = code
+		}
 	default:
 		return false
 	}
@@ -127,6 +133,14 @@ func ErrorResponse(req kmsg.Request, code int16) kmsg.Response {
 		out := resp.(*kmsg.DescribeGroupsResponse)
 		for _, id := range r.Groups {
 			rg := kmsg.NewDescribeGroupsResponseGroup()
+			rg.Group = id
+			rg.AuthorizedOperations = -2147483648 // not computed
+			out.Groups = append(out.Groups, rg)
+		}
+	case *kmsg.ConsumerGroupDescribeRequest:
+		out := resp.(*kmsg.ConsumerGroupDescribeResponse)
+		for _, id := range r.Groups {
+			rg := kmsg.NewConsumerGroupDescribeResponseGroup()
 			rg.Group = id
 			rg.AuthorizedOperations = -2147483648 // not computed
 			out.Groups = append(out.Groups, rg)

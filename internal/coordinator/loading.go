@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/groupd/groupd/internal/group"
 	"github.com/groupd/groupd/internal/store"
 )
 
@@ -38,7 +39,8 @@ func (f *loadFailures) err() error {
 // not decode, which no retry can fix.
 func undecodable(err error) bool {
 	var ue *store.UndecodableError
-	return errors.As(err, &ue)
+	var re *group.ReplayError
+	return errors.As(err, &ue) || errors.As(err, &re)
 }
 
 // attempted notes that the shard's first load attempt has ended. Only the

@@ -30,16 +30,18 @@ const (
 	evRequest eventKind = iota
 	evTimer
 	evExpire
+	evTopics
 	evFunc
 	evClose
 )
 
 type event struct {
-	kind eventKind
-	call *call          // evRequest
-	key  group.TimerKey // evTimer
-	fn   func(*group.Machine)
-	done chan struct{} // evFunc: closed once fn ran and earlier replies are out
+	kind   eventKind
+	call   *call          // evRequest
+	key    group.TimerKey // evTimer
+	topics []group.Topic  // evTopics
+	fn     func(*group.Machine)
+	done   chan struct{} // evFunc: closed once fn ran and earlier replies are out
 }
 
 // batch is the records of consecutive events, to be made durable with one
@@ -432,6 +434,8 @@ func (s *shard) process(evs []event) bool {
 		case evExpire:
 			s.collect(s.step(group.ExpireOffsets{}))
 			s.armRetention()
+		case evTopics:
+			s.collect(s.step(group.TopicsChanged{Topics: ev.topics}))
 		case evFunc:
 			ev.fn(s.m)
 			s.cur.hold = append(s.cur.hold, held{done: ev.done})
@@ -578,6 +582,13 @@ func (s *shard) load(reload bool) (err error) {
 	}
 	start := time.Now()
 	m := group.New(s.gcfg)
+	// The topics first, so that consumer groups come back knowing what
+	// their subscriptions resolve to, and move on if a topic changed
+	// while they were not loaded. A change from now on is queued as an
+	// event and steps the loaded machine.
+	if f := s.cfg.Topics; f != nil {
+		m.Step(s.clock.Now(), group.TopicsChanged{Topics: f()})
+	}
 	var recs []group.Record
 	if err := s.store.Load(s.id, func(r group.Record) error {
 		recs = append(recs, r)
@@ -585,9 +596,16 @@ func (s *shard) load(reload bool) (err error) {
 	}); err != nil {
 		return err
 	}
-	out := m.Replay(s.clock.Now(), recs)
-	// Replay can start rebalances (an oversized group); their records
-	// must be durable like any other.
+	out, err := m.Replay(s.clock.Now(), recs)
+	if err != nil {
+		return err
+	}
+	// Replay can start rebalances (an oversized group, a consumer group
+	// whose topics changed); their records must be durable like any
+	// other.
+	if len(out.Rebalances) > 0 {
+		s.finishRebalances(out.Rebalances)
+	}
 	if len(out.Records) > 0 {
 		if err := s.store.Apply(out.Records); err != nil {
 			return err

@@ -2,10 +2,10 @@ package coordinator
 
 import (
 	"container/heap"
-	"strings"
 	"time"
 
 	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/group/core"
 )
 
 // timerEntry is one keyed deadline in a timerQueue.
@@ -124,12 +124,4 @@ func (q *timerQueue) Pop() any {
 	return e
 }
 
-func compareTimerKeys(a, b group.TimerKey) int {
-	if c := strings.Compare(a.Group, b.Group); c != 0 {
-		return c
-	}
-	if a.Kind != b.Kind {
-		return int(a.Kind) - int(b.Kind)
-	}
-	return strings.Compare(a.Member, b.Member)
-}
+func compareTimerKeys(a, b group.TimerKey) int { return core.CompareTimerKeys(a, b) }

@@ -173,7 +173,11 @@ func (c *coordinator) load(why string) {
 		c.w.fail("store", "load: "+err.Error())
 		return
 	}
-	out := c.m.Replay(c.w.now, recs)
+	out, err := c.m.Replay(c.w.now, recs)
+	if err != nil {
+		c.w.fail("store", "replay: "+err.Error())
+		return
+	}
 	if len(out.Records) > 0 {
 		if err := c.st.Apply(out.Records); err != nil {
 			c.w.fail("store", "apply after replay: "+err.Error())
