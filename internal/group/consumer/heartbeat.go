@@ -81,7 +81,11 @@ func (m *Machine) validateHeartbeat(req *kmsg.ConsumerGroupHeartbeatRequest) *ap
 			return invalid("Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.")
 		}
 	case req.MemberEpoch == staticLeaveEpoch:
-		if req.InstanceID == nil {
+		// Kafka requires the instance id here. franz-go (v1.22) leaves
+		// with -2 and its member id alone, so a static member that
+		// the member id names is taken to leave for now (see leave);
+		// only a request naming no such member is refused.
+		if req.InstanceID == nil && m.staticByMemberID(req) == "" {
 			return invalid("InstanceId can't be null.")
 		}
 	case req.MemberEpoch < staticLeaveEpoch:
@@ -378,7 +382,7 @@ func (m *Machine) leave(r Request, req *kmsg.ConsumerGroupHeartbeatRequest, resp
 	}
 	resp.MemberID = &req.MemberID
 	resp.MemberEpoch = req.MemberEpoch
-	if req.InstanceID == nil {
+	if req.InstanceID == nil && req.MemberEpoch == leaveEpoch {
 		mem := g.members[req.MemberID]
 		if mem == nil {
 			return errorf(kerr.UnknownMemberID, "Member %s is not a member of group %s.", req.MemberID, g.id)
@@ -386,7 +390,10 @@ func (m *Machine) leave(r Request, req *kmsg.ConsumerGroupHeartbeatRequest, resp
 		m.fence(g, mem, cause{trigger: triggerMemberLeft, member: mem})
 		return nil
 	}
-	inst := *req.InstanceID
+	inst := m.staticByMemberID(req)
+	if req.InstanceID != nil {
+		inst = *req.InstanceID
+	}
 	mem := g.staticMember(inst)
 	if mem == nil {
 		return errorf(kerr.UnknownMemberID, "Instance id %s is unknown.", inst)
@@ -407,6 +414,17 @@ func (m *Machine) leave(r Request, req *kmsg.ConsumerGroupHeartbeatRequest, resp
 	resp.MemberID = &mem.id
 	resp.MemberEpoch = staticLeaveEpoch
 	return nil
+}
+
+// staticByMemberID returns the instance id of the static member a request
+// names by member id, or "".
+func (m *Machine) staticByMemberID(req *kmsg.ConsumerGroupHeartbeatRequest) string {
+	if g := m.groups[req.Group]; g != nil {
+		if mem := g.members[req.MemberID]; mem != nil {
+			return mem.meta.instanceID
+		}
+	}
+	return ""
 }
 
 // fence removes a member and bumps the group epoch; the next heartbeat of
