@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/groupd/groupd/internal/app"
 	"github.com/groupd/groupd/internal/cli"
 	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/group/consumer"
 	"github.com/groupd/groupd/internal/metrics"
 	"github.com/groupd/groupd/internal/partition"
 	"github.com/groupd/groupd/internal/store"
@@ -73,6 +75,9 @@ func serveCmd() *cobra.Command {
 			}
 			if cfg.Group.InitialRebalanceDelay <= 0 {
 				cfg.Group.InitialRebalanceDelay = -1 // the machine's "no delay"
+			}
+			if err := cfg.Group.Consumer.Validate(); err != nil {
+				return fmt.Errorf("consumer group settings: %w", err)
 			}
 			cfg.Logger = log
 			if advertise != "" {
@@ -138,7 +143,23 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&cfg.Group.HistorySize, "rebalance-history", g.HistorySize, "rebalances kept per group, durably (the oldest beyond this are deleted)")
 	f.DurationVar(&cfg.Group.StormWindow, "rebalance-storm-window", g.StormWindow, "a rebalance is flagged a storm when its trigger came from the same member --rebalance-storm-count times within this window")
 	f.IntVar(&cfg.Group.StormCount, "rebalance-storm-count", g.StormCount, "how many rebalances with the same trigger from the same member within --rebalance-storm-window make a storm")
+	addConsumerGroupFlags(f, &cfg.Group.Consumer)
 	return cmd
+}
+
+// addConsumerGroupFlags adds the settings of consumer (KIP-848) groups,
+// named after Kafka's group.consumer.* configs with their defaults. The
+// combination is checked as Kafka checks it when groupd starts.
+func addConsumerGroupFlags(f *pflag.FlagSet, c *consumer.Config) {
+	d := consumer.DefaultConfig()
+	f.DurationVar(&c.SessionTimeout, "group-consumer-session-timeout", d.SessionTimeout, "a consumer-group member that does not heartbeat for this long is removed (group.consumer.session.timeout.ms)")
+	f.DurationVar(&c.MinSessionTimeout, "group-consumer-min-session-timeout", d.MinSessionTimeout, "lower bound of --group-consumer-session-timeout (group.consumer.min.session.timeout.ms)")
+	f.DurationVar(&c.MaxSessionTimeout, "group-consumer-max-session-timeout", d.MaxSessionTimeout, "upper bound of --group-consumer-session-timeout (group.consumer.max.session.timeout.ms)")
+	f.DurationVar(&c.HeartbeatInterval, "group-consumer-heartbeat-interval", d.HeartbeatInterval, "how often consumer-group members are told to heartbeat (group.consumer.heartbeat.interval.ms)")
+	f.DurationVar(&c.MinHeartbeatInterval, "group-consumer-min-heartbeat-interval", d.MinHeartbeatInterval, "lower bound of --group-consumer-heartbeat-interval (group.consumer.min.heartbeat.interval.ms)")
+	f.DurationVar(&c.MaxHeartbeatInterval, "group-consumer-max-heartbeat-interval", d.MaxHeartbeatInterval, "upper bound of --group-consumer-heartbeat-interval (group.consumer.max.heartbeat.interval.ms)")
+	f.IntVar(&c.MaxSize, "group-consumer-max-size", d.MaxSize, "most members a consumer group may have (group.consumer.max.size)")
+	f.StringSliceVar(&c.Assignors, "group-consumer-assignors", d.Assignors, "server assignors consumer-group members may name, the first being the default: uniform, range (group.consumer.assignors)")
 }
 
 func splitHostPort(s string) (string, int32, error) {

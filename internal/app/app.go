@@ -19,6 +19,7 @@ import (
 	"github.com/groupd/groupd/internal/broker"
 	"github.com/groupd/groupd/internal/coordinator"
 	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/group/consumer"
 	"github.com/groupd/groupd/internal/inspect"
 	"github.com/groupd/groupd/internal/metrics"
 	"github.com/groupd/groupd/internal/partition"
@@ -50,8 +51,8 @@ type Config struct {
 	// QuarantineDamagedSegments sets damaged partition segments aside on
 	// start instead of refusing to start (see broker.Config).
 	QuarantineDamagedSegments bool
-	// Group configures the classic group protocol (zero fields take
-	// Kafka's defaults).
+	// Group configures the classic and consumer group protocols (zero
+	// fields take Kafka's defaults).
 	Group  group.Config
 	Logger *slog.Logger
 	// SkipUndecodableRecords starts groupd even if coordinator records do
@@ -95,7 +96,13 @@ func Start(cfg Config) (*App, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if err := cfg.Group.Consumer.Validate(); err != nil {
+		return nil, err
+	}
 	cfg.MaxConnections = checkOpenFileLimit(cfg.Logger, cfg.MaxConnections)
+	// The broker says when its topics change; the coordinator is told off
+	// the broker's locks, once per burst of changes.
+	topicsChanged := make(chan struct{}, 1)
 	b, err := broker.Open(broker.Config{
 		DataDir:           cfg.DataDir,
 		AutoCreateTopics:  cfg.AutoCreateTopics,
@@ -104,6 +111,12 @@ func Start(cfg Config) (*App, error) {
 		Logger:            cfg.Logger,
 
 		QuarantineDamagedSegments: cfg.QuarantineDamagedSegments,
+		TopicsChanged: func() {
+			select {
+			case topicsChanged <- struct{}{}:
+			default:
+			}
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening data directory %s: %w", cfg.DataDir, err)
@@ -136,7 +149,7 @@ func Start(cfg Config) (*App, error) {
 		cobs = m
 	}
 	coord := coordinator.New(coordinator.Config{Group: cfg.Group, Store: st, Logger: cfg.Logger,
-		HighWatermark: highWatermark(b), Observer: cobs})
+		HighWatermark: highWatermark(b), Observer: cobs, Topics: topicsOf(b)})
 	// Read the coordinator's records before listening, so that one that
 	// does not decode stops the start instead of a shard.
 	if err := coord.WaitLoad(context.Background()); err != nil {
@@ -190,6 +203,16 @@ func Start(cfg Config) (*App, error) {
 	}
 	go func() { a.done <- srv.Serve(ln) }()
 	go func() {
+		for {
+			select {
+			case <-topicsChanged:
+				coord.TopicsChanged()
+			case <-a.stopped:
+				return
+			}
+		}
+	}()
+	go func() {
 		// A shard that meets an undecodable record when it reloads
 		// stops; the process stops with it rather than serve without
 		// its groups.
@@ -214,6 +237,18 @@ func highWatermark(b *broker.Broker) func(string, int32) (int64, bool) {
 			return 0, false
 		}
 		return l.HighWatermark(), true
+	}
+}
+
+// topicsOf reads the broker's topic metadata for the coordinator.
+func topicsOf(b *broker.Broker) func() []group.Topic {
+	return func() []group.Topic {
+		ts := b.Topics()
+		out := make([]group.Topic, len(ts))
+		for i, t := range ts {
+			out[i] = group.Topic{Name: t.Name, ID: consumer.TopicID(t.ID), Partitions: int32(len(t.Partitions()))}
+		}
+		return out
 	}
 }
 

@@ -44,6 +44,10 @@ type Config struct {
 	// written on segment roll and on Close.
 	CheckpointInterval time.Duration
 	Logger             *slog.Logger
+	// TopicsChanged, if set, is called after a topic is created or
+	// deleted or gains partitions, possibly with the broker's lock held:
+	// it must not call the broker, only tell someone who will.
+	TopicsChanged func()
 }
 
 // DefaultCheckpointInterval matches Kafka's
@@ -461,6 +465,7 @@ func (b *Broker) CreateTopic(name string, n int32, configs map[string]string, va
 		return nil, err
 	}
 	b.log.Info("created topic", "topic", name, "partitions", n, "id", t.ID.String())
+	b.notifyTopicsChanged()
 	return t, nil
 }
 
@@ -521,7 +526,15 @@ func (b *Broker) DeleteTopic(name string) error {
 	b.undoLocked(t.ID, b.topicDir(t))
 	b.mu.Unlock()
 	b.log.Info("deleted topic", "topic", name, "id", t.ID.String())
+	b.notifyTopicsChanged()
 	return nil
+}
+
+// notifyTopicsChanged calls Config.TopicsChanged, if set.
+func (b *Broker) notifyTopicsChanged() {
+	if f := b.cfg.TopicsChanged; f != nil {
+		f()
+	}
 }
 
 // CreatePartitions grows a topic to count partitions. The new partitions
@@ -570,6 +583,7 @@ func (b *Broker) CreatePartitions(name string, count int32, validateOnly bool) e
 		undo()
 		return err
 	}
+	b.notifyTopicsChanged()
 	return nil
 }
 
