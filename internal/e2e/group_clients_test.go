@@ -269,10 +269,15 @@ func (tr *ownershipTracker) killed(m string) {
 // settled says whether every partition is held by one of members, each of
 // them holds something, and keys 0..want-1 were all consumed.
 func (tr *ownershipTracker) settled(members []string, want int) (bool, string) {
+	return tr.settledOn(members, groupPartitions, want)
+}
+
+// settledOn is settled for a topic of partitions partitions.
+func (tr *ownershipTracker) settledOn(members []string, partitions int32, want int) (bool, string) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	held := make(map[string]int)
-	for p := range int32(groupPartitions) {
+	for p := range partitions {
 		o := tr.owner[p]
 		if o == "" {
 			return false, fmt.Sprintf("partition %d unowned", p)
@@ -303,6 +308,30 @@ func (tr *ownershipTracker) distinctLocked() int {
 		}
 	}
 	return n
+}
+
+// rejoin lets a member that left take part again (a static member's next
+// incarnation).
+func (tr *ownershipTracker) rejoin(m string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.logf("%s rejoins", m)
+	delete(tr.dead, m)
+	delete(tr.leaving, m)
+}
+
+// eventsOf returns the callbacks m reported, without their times.
+func (tr *ownershipTracker) eventsOf(m string) []string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var out []string
+	for _, e := range tr.events {
+		f := strings.SplitN(e, " ", 3)
+		if len(f) == 3 && f[1] == m {
+			out = append(out, f[2])
+		}
+	}
+	return out
 }
 
 func (tr *ownershipTracker) dump() string {
@@ -367,8 +396,17 @@ func TestGroupClients(t *testing.T) {
 }
 
 func runGroupScenario(t *testing.T, c groupClient) {
+	runGroupScenarioDescribed(t, c, describeClassicGroup)
+}
+
+// runGroupScenarioDescribed is the scenario with describe telling the
+// group's state and member count: DescribeGroups for classic groups,
+// ConsumerGroupDescribe for consumer-protocol ones.
+func runGroupScenarioDescribed(t *testing.T, c groupClient,
+	describe func(ctx context.Context, adm *kadm.Client, group string) (string, int, error),
+) {
 	begin := time.Now()
-	a := startServer(t, t.TempDir(), fastGroups)
+	a := startServer(t, t.TempDir(), fastGroups, fastConsumerGroups)
 	addr := a.Addr()
 	const topic, group = "gc", "gc-group"
 	createTopic(t, addr, topic, groupPartitions)
@@ -402,7 +440,9 @@ func runGroupScenario(t *testing.T, c groupClient) {
 		if err := <-produced; err != nil {
 			t.Fatalf("%s: produce: %v", name, err)
 		}
-		waitGroupSettled(t, adm, tr, group, live, n*part, name)
+		waitGroupSettled(t, tr, live, n*part, name, func(ctx context.Context) (string, int, error) {
+			return describe(ctx, adm, group)
+		})
 		t.Logf("%s settled after %v", name, time.Since(begin).Round(time.Millisecond))
 	}
 
@@ -486,10 +526,33 @@ func produceRange(t testing.TB, cl *kgo.Client, from, to int) {
 	}
 }
 
-// waitGroupSettled waits until DescribeGroups shows the group Stable with
-// exactly the live members and the tracker agrees on ownership and
-// consumption.
-func waitGroupSettled(t *testing.T, adm *kadm.Client, tr *ownershipTracker, group string, live []string, want int, phase string) {
+// describeClassicGroup returns a classic group's state and member count
+// (DescribeGroups).
+func describeClassicGroup(ctx context.Context, adm *kadm.Client, group string) (string, int, error) {
+	dg, err := adm.DescribeGroups(ctx, group)
+	if err != nil {
+		return "", 0, err
+	}
+	g := dg[group]
+	return g.State, len(g.Members), g.Err
+}
+
+// describeConsumerGroup returns a consumer group's state and member count
+// (ConsumerGroupDescribe).
+func describeConsumerGroup(ctx context.Context, adm *kadm.Client, group string) (string, int, error) {
+	dg, err := adm.DescribeConsumerGroups(ctx, group)
+	if err != nil {
+		return "", 0, err
+	}
+	g := dg[group]
+	return g.State, len(g.Members), g.Err
+}
+
+// waitGroupSettled waits until describe shows the group Stable with exactly
+// the live members and the tracker agrees on ownership and consumption.
+func waitGroupSettled(t *testing.T, tr *ownershipTracker, live []string, want int, phase string,
+	describe func(context.Context) (state string, members int, err error),
+) {
 	t.Helper()
 	deadline := time.Now().Add(groupPhaseWait)
 	var why string
@@ -498,16 +561,13 @@ func waitGroupSettled(t *testing.T, adm *kadm.Client, tr *ownershipTracker, grou
 		why = w
 		if ok {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			dg, err := adm.DescribeGroups(ctx, group)
+			state, members, err := describe(ctx)
 			cancel()
-			g := dg[group]
 			switch {
 			case err != nil:
 				why = err.Error()
-			case g.Err != nil:
-				why = g.Err.Error()
-			case g.State != "Stable" || len(g.Members) != len(live):
-				why = fmt.Sprintf("group %s with %d members, want Stable with %d", g.State, len(g.Members), len(live))
+			case state != "Stable" || members != len(live):
+				why = fmt.Sprintf("group %s with %d members, want Stable with %d", state, members, len(live))
 			default:
 				// Stable and agreed; check again that nothing moved
 				// while we asked.
