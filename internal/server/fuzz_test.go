@@ -18,6 +18,7 @@ import (
 	"github.com/groupd/groupd/internal/broker"
 	"github.com/groupd/groupd/internal/coordinator"
 	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/group/consumer"
 	"github.com/groupd/groupd/internal/partition"
 	"github.com/groupd/groupd/internal/server"
 	"github.com/groupd/groupd/internal/store"
@@ -42,16 +43,40 @@ func newFuzzTarget(tb testing.TB) *fuzzTarget {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	if _, err := b.CreateTopic("fuzz", 2, nil, false); err != nil {
+		tb.Fatal(err)
+	}
+	// The broker's topics, so that consumer-protocol members get
+	// assignments to reconcile.
+	topics := func() []group.Topic {
+		var out []group.Topic
+		for _, t := range b.Topics() {
+			out = append(out, group.Topic{Name: t.Name, ID: consumer.TopicID(t.ID), Partitions: int32(len(t.Partitions()))})
+		}
+		return out
+	}
 	// No initial rebalance delay: a lone JoinGroup completes at once
 	// instead of parking past the fuzz input's deadline.
-	coord := coordinator.New(coordinator.Config{Group: group.Config{InitialRebalanceDelay: -1}, Store: st, Logger: quiet})
+	coord := coordinator.New(coordinator.Config{Group: group.Config{InitialRebalanceDelay: -1}, Store: st, Logger: quiet, Topics: topics})
 	tb.Cleanup(func() {
 		coord.Close()
 		st.Close()
 		b.Close()
 	})
-	if _, err := b.CreateTopic("fuzz", 2, nil, false); err != nil {
-		tb.Fatal(err)
+	// The shards load in the background; until they have, every group
+	// request is answered COORDINATOR_LOAD_IN_PROGRESS and the seeds
+	// would not reach the machines.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		resp, err := coord.Handle(context.Background(), "fuzz", "127.0.0.1", kmsg.NewPtrListGroupsRequest())
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if resp.(*kmsg.ListGroupsResponse).ErrorCode == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			tb.Fatal("the coordinator's shards did not load within 10s")
+		}
 	}
 	return &fuzzTarget{b: b, h: api.New(b, coord, "127.0.0.1", 9092, quiet)}
 }
@@ -133,7 +158,8 @@ func (f *fuzzTarget) serve(t *testing.T, frame []byte) {
 
 // fuzzSeeds are requests that get past decoding and into the handlers and
 // the group machine: produce and fetch on the existing topic, a group's
-// join, sync, heartbeat, commit and fetch of offsets, and the admin APIs.
+// join, sync, heartbeat, commit and fetch of offsets, the admin APIs, and
+// a consumer-protocol group's heartbeats and describe.
 func fuzzSeeds() []kmsg.Request {
 	produce := kmsg.NewPtrProduceRequest()
 	produce.Version, produce.Acks, produce.TimeoutMillis = 9, -1, 1000
@@ -175,7 +201,29 @@ func fuzzSeeds() []kmsg.Request {
 	leave.Members = []kmsg.LeaveGroupRequestMember{{MemberID: "m", InstanceID: kmsg.StringPtr("static-1")}}
 	del := kmsg.NewPtrDeleteGroupsRequest()
 	del.Version, del.Groups = 2, []string{"simple"}
+	// The consumer protocol: a member joining at epoch 0 subscribed to
+	// the topic, heartbeating at its first epoch with what it owns, a
+	// static member subscribed by regex joining and leaving for a while
+	// (-2), and the group described.
+	cgJoin := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	cgJoin.Version, cgJoin.Group, cgJoin.MemberID, cgJoin.MemberEpoch = 1, "cg", "fuzz-member-0000000001", 0
+	cgJoin.RebalanceTimeoutMillis, cgJoin.SubscribedTopicNames = 10000, []string{"fuzz"}
+	cgJoin.ServerAssignor, cgJoin.Topics = kmsg.StringPtr("uniform"), []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+	cgBeat := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	cgBeat.Version, cgBeat.Group, cgBeat.MemberID, cgBeat.MemberEpoch = 1, "cg", "fuzz-member-0000000001", 1
+	cgBeat.RebalanceTimeoutMillis = -1
+	cgBeat.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{{TopicID: [16]byte{1}, Partitions: []int32{0, 1}}}
+	cgStatic := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	cgStatic.Version, cgStatic.Group, cgStatic.MemberID, cgStatic.MemberEpoch = 1, "cg", "fuzz-member-0000000002", 0
+	cgStatic.InstanceID, cgStatic.RebalanceTimeoutMillis = kmsg.StringPtr("static-1"), 10000
+	cgStatic.SubscribedTopicRegex, cgStatic.Topics = kmsg.StringPtr("fu.*"), []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+	cgLeave := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	cgLeave.Version, cgLeave.Group, cgLeave.MemberID, cgLeave.MemberEpoch = 1, "cg", "fuzz-member-0000000002", -2
+	cgLeave.InstanceID = kmsg.StringPtr("static-1")
+	cgDescribe := kmsg.NewPtrConsumerGroupDescribeRequest()
+	cgDescribe.Version, cgDescribe.Groups, cgDescribe.IncludeAuthorizedOperations = 1, []string{"cg", "g"}, true
 	return []kmsg.Request{produce, fetch, join, sync, hb, commit, offsets, create, meta, list, describe, leave, del,
+		cgJoin, cgBeat, cgStatic, cgLeave, cgDescribe,
 		kmsg.NewPtrApiVersionsRequest(), kmsg.NewPtrListGroupsRequest(), kmsg.NewPtrInitProducerIDRequest(),
 		kmsg.NewPtrFindCoordinatorRequest(), kmsg.NewPtrOffsetDeleteRequest(), kmsg.NewPtrCreatePartitionsRequest()}
 }
