@@ -165,12 +165,16 @@ func TestConfluentMemberProcess(t *testing.T) {
 
 func runConfluentMember(conf confluentMemberConfig) error {
 	cm := kafka.ConfigMap{
-		"bootstrap.servers":                  conf.Addr,
-		"client.id":                          conf.Member,
-		"group.id":                           conf.Group,
-		"group.protocol":                     "consumer",
-		"auto.offset.reset":                  "earliest",
-		"enable.auto.commit":                 true,
+		"bootstrap.servers":  conf.Addr,
+		"client.id":          conf.Member,
+		"group.id":           conf.Group,
+		"group.protocol":     "consumer",
+		"auto.offset.reset":  "earliest",
+		"enable.auto.commit": true,
+		// An offset is stored for commit only once its record was
+		// reported: Close polls, and drops, records of its own, which
+		// must not count as consumed.
+		"enable.auto.offset.store":           false,
 		"auto.commit.interval.ms":            300,
 		"fetch.wait.max.ms":                  200,
 		"topic.metadata.refresh.interval.ms": 1000,
@@ -251,6 +255,9 @@ func runConfluentMember(conf confluentMemberConfig) error {
 		case *kafka.Message:
 			if e.TopicPartition.Error == nil {
 				report("record %d %s", e.TopicPartition.Partition, e.Key)
+				if _, err := c.StoreMessage(e); err != nil {
+					fmt.Fprintf(os.Stderr, "store offset: %v\n", err)
+				}
 			}
 		case kafka.Error:
 			fmt.Fprintf(os.Stderr, "consumer error: %v\n", e)
