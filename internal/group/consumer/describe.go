@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -17,21 +16,7 @@ func (m *Machine) describe(r Request, req *kmsg.ConsumerGroupDescribeRequest) {
 	resp := kmsg.NewPtrConsumerGroupDescribeResponse()
 	resp.Version = req.Version
 	for _, id := range req.Groups {
-		dg := kmsg.NewConsumerGroupDescribeResponseGroup()
-		dg.Group = id
-		dg.AuthorizedOperations = authorizedOpsOmitted
-		g := m.groups[id]
-		switch {
-		case id == "":
-			dg.ErrorCode = kerr.InvalidGroupID.Code
-		case g == nil:
-			dg.ErrorCode = kerr.GroupIDNotFound.Code
-			msg := "Group " + id + " not found."
-			dg.ErrorMessage = &msg
-		default:
-			m.describeGroup(g, &dg)
-		}
-		resp.Groups = append(resp.Groups, dg)
+		resp.Groups = append(resp.Groups, m.DescribeGroup(id))
 	}
 	m.reply(r.ID, resp)
 }
