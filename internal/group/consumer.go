@@ -242,17 +242,7 @@ func (m *Machine) describeConsumer(g *group, now time.Time) inspect.Group {
 			}
 		}
 	}
-	for _, tp := range g.offsets.sorted() {
-		o, _ := g.offsets.get(tp)
-		v.Offsets = append(v.Offsets, inspect.PartitionOffset{
-			Topic:         tp.topic,
-			Partition:     tp.partition,
-			Committed:     o.offset,
-			HighWatermark: -1,
-			Lag:           -1,
-			Owner:         owners[tp],
-		})
-	}
+	v.Offsets = append(v.Offsets, g.offsetViews(owners)...)
 	return v
 }
 

@@ -105,9 +105,18 @@ func (m *Machine) Describe(groupID string, now time.Time) (inspect.Group, bool) 
 		}
 		v.Members = append(v.Members, im)
 	}
+	v.Offsets = append(v.Offsets, g.offsetViews(owners)...)
+	return v, true
+}
+
+// offsetViews lists a group's committed offsets with the member owning
+// each partition; high watermarks and lag are filled in by the caller,
+// which can read the partitions.
+func (g *group) offsetViews(owners map[topicPartition]string) []inspect.PartitionOffset {
+	var out []inspect.PartitionOffset
 	for _, tp := range g.offsets.sorted() {
 		o, _ := g.offsets.get(tp)
-		v.Offsets = append(v.Offsets, inspect.PartitionOffset{
+		out = append(out, inspect.PartitionOffset{
 			Topic:         tp.topic,
 			Partition:     tp.partition,
 			Committed:     o.offset,
@@ -116,5 +125,5 @@ func (m *Machine) Describe(groupID string, now time.Time) (inspect.Group, bool) 
 			Owner:         owners[tp],
 		})
 	}
-	return v, true
+	return out
 }
