@@ -56,19 +56,8 @@ func testBinaryRestartConsumerGroup(t *testing.T, sig syscall.Signal) {
 	}
 	var before consumerGroupView
 	waitFor(t, 30*time.Second, "three members stable", func() (bool, string) {
-		n := 0
-		for _, m := range ms {
-			_, o, _ := m.snapshot()
-			if len(o) == 0 {
-				return false, "a member holds nothing"
-			}
-			n += len(o)
-		}
-		if n != 6 {
-			return false, fmt.Sprintf("%d partitions held", n)
-		}
-		if !consumed.has(300) {
-			return false, "first 300 records not all consumed"
+		if ok, why := allHeldAndConsumed(ms, 6, consumed, 300); !ok {
+			return false, why
 		}
 		before = describeConsumer(t, adm, group, topic)
 		return before.state == "Stable" && len(before.ids) == 3, fmt.Sprintf("group %s with %d members", before.state, len(before.ids))
@@ -122,4 +111,24 @@ func testBinaryRestartConsumerGroup(t *testing.T, sig syscall.Signal) {
 	if dups != 0 {
 		t.Errorf("%d records consumed twice across the restart", dups)
 	}
+}
+
+// allHeldAndConsumed says whether every member holds something, together
+// partitions partitions, and keys 0..want-1 were consumed.
+func allHeldAndConsumed(ms []*recordedMember, partitions int, consumed *keySet, want int) (bool, string) {
+	n := 0
+	for _, m := range ms {
+		_, o, _ := m.snapshot()
+		if len(o) == 0 {
+			return false, "a member holds nothing"
+		}
+		n += len(o)
+	}
+	if n != partitions {
+		return false, fmt.Sprintf("%d partitions held", n)
+	}
+	if !consumed.has(want) {
+		return false, fmt.Sprintf("first %d records not all consumed", want)
+	}
+	return true, ""
 }

@@ -187,19 +187,8 @@ func TestBinaryRestartKeepsStableGroup(t *testing.T) {
 		ms = append(ms, startRecordedMember(t, addr, topic, group, fmt.Sprintf("r%d", i), consumed, kgo.SessionTimeout(15*time.Second)))
 	}
 	waitFor(t, 20*time.Second, "three members stable", func() (bool, string) {
-		n := 0
-		for _, m := range ms {
-			_, o, _ := m.snapshot()
-			if len(o) == 0 {
-				return false, "a member holds nothing"
-			}
-			n += len(o)
-		}
-		if n != 6 {
-			return false, fmt.Sprintf("%d partitions held", n)
-		}
-		if !consumed.has(300) {
-			return false, "first 300 records not all consumed"
+		if ok, why := allHeldAndConsumed(ms, 6, consumed, 300); !ok {
+			return false, why
 		}
 		st, ids, _ := describeGroup(t, adm, group, topic)
 		return st == "Stable" && len(ids) == 3, fmt.Sprintf("group %s with %d members", st, len(ids))
