@@ -42,6 +42,7 @@ func rootCmd() *cobra.Command {
 	root.AddCommand(serve)
 	root.AddCommand(cli.GroupsCmd(), cli.TopicsCmd())
 	root.AddCommand(recoverCmd())
+	root.AddCommand(labCmd())
 	return root
 }
 

@@ -1,0 +1,74 @@
+package lab
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteTable prints the summary table: one line per scenario and protocol.
+func WriteTable(w io.Writer, rep *Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	cols := []string{"SCENARIO", "PROTOCOL", "REBALANCES", "LONGEST", "PAUSE P50", "PAUSE P99", "PAUSE MAX", "PAUSED", "MOVED", "STOPPED", "DUPLICATES", "LOST", "LOWEST RATE", "LATENCY P99", "GROUPD"}
+	fmt.Fprintln(tw, strings.Join(cols, "\t"))
+	for _, res := range rep.Results {
+		row := []string{res.Scenario, res.Protocol.Name}
+		m := res.Measurements
+		switch {
+		case res.Unsupported != "":
+			row = append(row, "unsupported by the broker")
+			for len(row) < len(cols) {
+				row = append(row, "")
+			}
+		case m == nil:
+			row = append(row, "failed")
+			for len(row) < len(cols) {
+				row = append(row, "")
+			}
+		default:
+			row = append(row,
+				fmt.Sprint(m.Rebalances),
+				fmtMs(m.RebalanceDuration.Max),
+				fmtMs(m.Pause.P50),
+				fmtMs(m.Pause.P99),
+				fmtMs(m.Pause.Max),
+				fmt.Sprint(m.PausedPartitions),
+				fmt.Sprint(m.Moved),
+				fmtMs(ms(m.StopTheWorld)),
+				fmt.Sprint(m.Duplicates),
+				fmt.Sprint(m.Lost),
+				fmt.Sprintf("%.0f/s of %.0f/s", m.MinRate, m.BaselineRate),
+				fmt.Sprintf("%s (quiet %s)", fmtMs(m.LatencyDisruption.P99), fmtMs(m.LatencyBaseline.P99)),
+				brokerCell(&res),
+			)
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, res := range rep.Results {
+		if res.Err != "" {
+			fmt.Fprintf(w, "FAILED %s / %s: %s\n", res.Scenario, res.Protocol.Name, res.Err)
+		}
+	}
+	return nil
+}
+
+// brokerCell is groupd's own count of the rebalances and its longest
+// pause, or "-" where the broker keeps no such record.
+func brokerCell(res *Result) string {
+	if res.Broker == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%d, max pause %s", res.Broker.Rebalances, fmtMs(res.Broker.MaxPause))
+}
+
+// WriteJSON writes the whole report, raw figures included.
+func WriteJSON(w io.Writer, rep *Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
