@@ -122,8 +122,10 @@ type BrokerView struct {
 }
 
 // readBrokerView reads the group's rebalance history from groupd's admin
-// API and keeps the rebalances that started at or after since.
-func readBrokerView(ctx context.Context, adminAddr, groupID string, since time.Time) (*BrokerView, error) {
+// API and keeps the rebalances that started within [since, until]: the
+// group's first assignment and the members' leaving at the end are not
+// part of the measurement.
+func readBrokerView(ctx context.Context, adminAddr, groupID string, since, until time.Time) (*BrokerView, error) {
 	u := "http://" + adminAddr + "/api/v1/group/rebalances?id=" + url.QueryEscape(groupID)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -148,7 +150,7 @@ func readBrokerView(ctx context.Context, adminAddr, groupID string, since time.T
 	v := &BrokerView{Triggers: map[string]int{}}
 	var ds []time.Duration
 	for _, r := range all {
-		if r.StartedAt.Before(since) {
+		if r.StartedAt.Before(since) || r.StartedAt.After(until) {
 			continue
 		}
 		v.Records = append(v.Records, r)

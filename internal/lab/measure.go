@@ -326,6 +326,7 @@ func replay(rec *Recording, events []OwnerEvent) ([]Span, []Window, int) {
 
 	var windows []Window
 	var open *Window
+	lastGen := int32(-1) // the generation of the assignment that closed the last window
 	var baselineGen int32 = -1
 	seenGens := map[int32]bool{}
 	for _, e := range events {
@@ -356,6 +357,16 @@ func replay(rec *Recording, events []OwnerEvent) ([]Span, []Window, int) {
 			if !measured || len(e.Partitions) == 0 {
 				continue
 			}
+			// A member that gets its share of the generation that
+			// closed the last window after the others (a partition
+			// nobody owned before, added to the topic) is still in
+			// that rebalance.
+			if open == nil && len(windows) > 0 && e.Generation >= 0 && e.Generation == lastGen {
+				w := &windows[len(windows)-1]
+				w.End = e.At
+				w.Duration = w.End - w.Start
+				continue
+			}
 			if open == nil {
 				open = &Window{Start: e.At}
 			}
@@ -364,6 +375,7 @@ func replay(rec *Recording, events []OwnerEvent) ([]Span, []Window, int) {
 				open.Duration = open.End - open.Start
 				windows = append(windows, *open)
 				open = nil
+				lastGen = e.Generation
 			}
 		case Revoked, Lost, Crashed:
 			parts := e.Partitions

@@ -66,6 +66,32 @@ func TestAnalyzeEagerRebalance(t *testing.T) {
 	}
 }
 
+// Partitions added under eager: one member gets the old partitions back,
+// and the other, a moment later in the same generation, only new ones. It
+// is one rebalance, one window.
+func TestAnalyzeWindowSpansItsGeneration(t *testing.T) {
+	rec := &Recording{
+		Events: []OwnerEvent{
+			ev(0.5, "m1", 0, Assigned, 1, 0, 1),
+			ev(0.5, "m2", 0, Assigned, 1, 2, 3),
+			ev(2.0, "m1", 0, Revoked, 1, 0, 1),
+			ev(2.0, "m2", 0, Revoked, 1, 2, 3),
+			ev(2.2, "m1", 0, Assigned, 2, 0, 1, 2, 3),
+			ev(2.3, "m2", 0, Assigned, 2, 4, 5),
+		},
+		Partitions:    tps("t", 0, 1, 2, 3, 4, 5),
+		BaselineStart: sec(1),
+		End:           sec(3),
+	}
+	m := Analyze(rec)
+	if want := []Window{{Start: sec(2.0), End: sec(2.3), Duration: sec(0.3)}}; !reflect.DeepEqual(m.Windows, want) {
+		t.Errorf("windows = %+v, want %+v", m.Windows, want)
+	}
+	if m.Rebalances != 1 || m.Moved != 2 || m.Pause.Count != 4 {
+		t.Errorf("rebalances %d, moved %d, pauses %d: want 1, 2 (p2 and p3 went to m1), 4", m.Rebalances, m.Moved, m.Pause.Count)
+	}
+}
+
 // A cooperative crash: the survivor keeps what it had and, once the
 // session expires, gets the dead member's partitions without giving
 // anything up. Those two pause from the crash to the assignment; nothing

@@ -305,7 +305,7 @@ func (r *run) execute(ctx context.Context) Result {
 
 	if r.cfg.AdminAddr != "" {
 		bctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		v, err := readBrokerView(bctx, r.cfg.AdminAddr, r.group, r.rec.start.Add(res.BaselineStart))
+		v, err := readBrokerView(bctx, r.cfg.AdminAddr, r.group, r.rec.start.Add(res.BaselineStart), r.rec.start.Add(rec.End))
 		cancel()
 		if err != nil {
 			res.BrokerErr = err.Error()
