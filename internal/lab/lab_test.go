@@ -304,4 +304,3 @@ func TestRecordCodec(t *testing.T) {
 		t.Error("a short value decoded")
 	}
 }
-
