@@ -58,7 +58,7 @@ func (k EventKind) MarshalText() ([]byte, error) { return []byte(k.String()), ni
 // OwnerEvent is one change of what a member owns, as its client reported it.
 type OwnerEvent struct {
 	// At is the time since the recording started.
-	At time.Duration `json:"at"`
+	At time.Duration `json:"at_ns"`
 	// Member is the member's stable name (m1, m2, ...): a restarted
 	// member keeps its name, and its Incarnation goes up by one.
 	Member      string    `json:"member"`
@@ -93,7 +93,7 @@ type Production struct {
 // Action is something the lab did to the group: a restart, a crash, a
 // member added or leaving, partitions added, a subscription changed.
 type Action struct {
-	At     time.Duration `json:"at"`
+	At     time.Duration `json:"at_ns"`
 	What   string        `json:"what"`
 	Member string        `json:"member,omitempty"`
 }
@@ -157,8 +157,8 @@ type Span struct {
 	TP
 	Member      string        `json:"member"`
 	Incarnation int           `json:"incarnation"`
-	From        time.Duration `json:"from"`
-	To          time.Duration `json:"to"`
+	From        time.Duration `json:"from_ns"`
+	To          time.Duration `json:"to_ns"`
 	// Open is set when the member still owned it at the end.
 	Open bool `json:"open,omitempty"`
 }
@@ -167,9 +167,9 @@ type Span struct {
 // had been owned before.
 type Pause struct {
 	TP
-	From     time.Duration `json:"from"`
-	To       time.Duration `json:"to"`
-	Duration time.Duration `json:"duration"`
+	From     time.Duration `json:"from_ns"`
+	To       time.Duration `json:"to_ns"`
+	Duration time.Duration `json:"duration_ns"`
 	// Prev owned it before; Next after (empty if nobody by the end).
 	Prev string `json:"prev"`
 	Next string `json:"next"`
@@ -179,9 +179,9 @@ type Pause struct {
 // took a partition away (or the first assignment, when nothing was taken
 // away first) to the assignment after which every partition was owned again.
 type Window struct {
-	Start    time.Duration `json:"start"`
-	End      time.Duration `json:"end"`
-	Duration time.Duration `json:"duration"`
+	Start    time.Duration `json:"start_ns"`
+	End      time.Duration `json:"end_ns"`
+	Duration time.Duration `json:"duration_ns"`
 	// Unfinished is set when the end of the recording came first.
 	Unfinished bool `json:"unfinished,omitempty"`
 }
@@ -189,7 +189,7 @@ type Window struct {
 // Point is one throughput sample: records consumed per second in the bucket
 // that starts At.
 type Point struct {
-	At   time.Duration `json:"at"`
+	At   time.Duration `json:"at_ns"`
 	Rate float64       `json:"rate"`
 }
 
@@ -220,7 +220,7 @@ type Measurements struct {
 	Moved int `json:"moved"`
 	// StopTheWorld is the time after the baseline during which no
 	// partition at all was owned.
-	StopTheWorld time.Duration `json:"stop_the_world"`
+	StopTheWorld time.Duration `json:"stop_the_world_ns"`
 	Consumed     int           `json:"consumed"`
 	Produced     int           `json:"produced"`
 	// Duplicates counts the polls of an offset beyond its first.

@@ -27,7 +27,7 @@ type Result struct {
 	Unsupported string `json:"unsupported,omitempty"`
 	// Err says why the run failed: it did not settle, or lost records.
 	Err          string        `json:"error,omitempty"`
-	Elapsed      time.Duration `json:"elapsed"`
+	Elapsed      time.Duration `json:"elapsed_ns"`
 	Actions      []Action      `json:"actions"`
 	Measurements *Measurements `json:"measurements,omitempty"`
 	// Broker is groupd's own record of the rebalances, when the broker
@@ -39,10 +39,10 @@ type Result struct {
 	ProduceErrors int64 `json:"produce_errors"`
 	// Baseline and DisruptionEnd delimit the measured periods, on the
 	// run's clock.
-	BaselineStart time.Duration `json:"baseline_start"`
-	FirstAction   time.Duration `json:"first_action"`
-	DisruptionEnd time.Duration `json:"disruption_end"`
-	End           time.Duration `json:"end"`
+	BaselineStart time.Duration `json:"baseline_start_ns"`
+	FirstAction   time.Duration `json:"first_action_ns"`
+	DisruptionEnd time.Duration `json:"disruption_end_ns"`
+	End           time.Duration `json:"end_ns"`
 }
 
 // Failed says whether the run failed.
@@ -55,7 +55,7 @@ type Report struct {
 	Broker  string        `json:"broker"`
 	Config  ReportConfig  `json:"config"`
 	Results []Result      `json:"results"`
-	Elapsed time.Duration `json:"elapsed"`
+	Elapsed time.Duration `json:"elapsed_ns"`
 }
 
 // ReportConfig is the part of the Config a report shows.
@@ -65,16 +65,16 @@ type ReportConfig struct {
 	Partitions         int           `json:"partitions"`
 	Rate               int           `json:"rate"`
 	RecordBytes        int           `json:"record_bytes"`
-	Processing         time.Duration `json:"processing"`
+	Processing         time.Duration `json:"processing_ns"`
 	MaxPollRecords     int           `json:"max_poll_records"`
 	CommitMode         string        `json:"commit_mode"`
-	AutoCommitInterval time.Duration `json:"auto_commit_interval"`
-	SessionTimeout     time.Duration `json:"session_timeout"`
-	RebalanceTimeout   time.Duration `json:"rebalance_timeout"`
-	HeartbeatInterval  time.Duration `json:"heartbeat_interval"`
-	Quiet              time.Duration `json:"quiet"`
-	Cooldown           time.Duration `json:"cooldown"`
-	RestartDelay       time.Duration `json:"restart_delay"`
+	AutoCommitInterval time.Duration `json:"auto_commit_interval_ns"`
+	SessionTimeout     time.Duration `json:"session_timeout_ns"`
+	RebalanceTimeout   time.Duration `json:"rebalance_timeout_ns"`
+	HeartbeatInterval  time.Duration `json:"heartbeat_interval_ns"`
+	Quiet              time.Duration `json:"quiet_ns"`
+	Cooldown           time.Duration `json:"cooldown_ns"`
+	RestartDelay       time.Duration `json:"restart_delay_ns"`
 	Seed               uint64        `json:"seed"`
 }
 
