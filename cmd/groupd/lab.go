@@ -23,6 +23,7 @@ func labCmd() *cobra.Command {
 		jsonOut   bool
 		htmlFile  string
 		logLevel  = "error"
+		fromJSON  string
 	)
 	cmd := &cobra.Command{
 		Use:   "lab",
@@ -58,11 +59,18 @@ the server's uniform assignor), each optionally -static (group.instance.id);
 			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
 			cfg.Progress = cmd.ErrOrStderr()
 			cfg.Terminal = isTerminal(cmd.ErrOrStderr())
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			rep, runErr := lab.Run(ctx, cfg)
-			if rep == nil {
-				return runErr
+			var rep *lab.Report
+			var runErr error
+			if fromJSON != "" {
+				if rep, err = readReport(fromJSON); err != nil {
+					return err
+				}
+			} else {
+				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				if rep, runErr = lab.Run(ctx, cfg); rep == nil {
+					return runErr
+				}
 			}
 			out := cmd.OutOrStdout()
 			if jsonOut {
@@ -108,6 +116,7 @@ the server's uniform assignor), each optionally -static (group.instance.id);
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed that picks the members the scenarios act on")
 	f.BoolVar(&jsonOut, "json", false, "print the raw figures as JSON instead of the table")
 	f.StringVar(&htmlFile, "report", "", "write a self-contained HTML report with charts to this file")
+	f.StringVar(&fromJSON, "from-json", "", "run nothing: print the table, or write the --report, of a run saved with --json")
 	f.StringVar(&logLevel, "log-level", logLevel, "log level of the clients and the embedded groupd: debug, info, warn or error")
 	return cmd
 }
@@ -130,6 +139,15 @@ func writeReport(file string, rep *lab.Report) error {
 		return err
 	}
 	return f.Close()
+}
+
+func readReport(file string) (*lab.Report, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return lab.ReadJSON(f)
 }
 
 // isTerminal says whether w is a character device that can redraw a line.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"slices"
@@ -15,7 +16,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 )
 
-var fullMatrix = flag.Bool("lab.full", false, "run every scenario under every protocol against the embedded groupd (several minutes), instead of the representative subset")
+var (
+	fullMatrix = flag.Bool("lab.full", false, "run every scenario under every protocol against the embedded groupd (several minutes), instead of the representative subset")
+	defaultRun = flag.Bool("lab.default", false, "TestLabKfake runs the default run's sizes and timeouts (eager, cooperative and consumer over rolling-restart and crash) instead of the short ones")
+	reportFile = flag.String("lab.report", "", "TestLabKfake writes its HTML report to this file")
+)
 
 // shortConfig is the lab at test size: a few members, short timeouts, a
 // short baseline.
@@ -125,26 +130,42 @@ func TestLabKfake(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs live consumer groups")
 	}
+	cfg := shortConfig(t)
+	protocols := "consumer,cooperative,consumer-static"
+	if *defaultRun {
+		short := cfg
+		cfg = DefaultConfig()
+		cfg.Logger, cfg.Progress = short.Logger, short.Progress
+		protocols = "eager,cooperative,consumer"
+	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second),
 		// The consumer protocol's session and heartbeat are the
-		// broker's to set.
+		// broker's to set: the same as the classic members ask for.
 		kfake.BrokerConfigs(map[string]string{
-			"group.consumer.session.timeout.ms":    "2000",
-			"group.consumer.heartbeat.interval.ms": "200",
+			"group.consumer.session.timeout.ms":    fmt.Sprint(cfg.SessionTimeout.Milliseconds()),
+			"group.consumer.heartbeat.interval.ms": fmt.Sprint(cfg.HeartbeatInterval.Milliseconds()),
 		}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	cfg := shortConfig(t)
 	cfg.Bootstrap = c.ListenAddrs()[0]
 	cfg.Scenarios = []string{RollingRestart, Crash}
-	if cfg.Protocols, err = ParseProtocols("consumer,cooperative,consumer-static"); err != nil {
+	if cfg.Protocols, err = ParseProtocols(protocols); err != nil {
 		t.Fatal(err)
 	}
 	rep := runLab(t, cfg)
 	if len(rep.Results) != 6 {
 		t.Fatalf("%d results, want 6", len(rep.Results))
+	}
+	if *reportFile != "" {
+		var b bytes.Buffer
+		if err := WriteHTML(&b, rep); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(*reportFile, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for i := range rep.Results {
 		res := &rep.Results[i]

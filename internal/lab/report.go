@@ -31,7 +31,7 @@ var palette = []color.Color{
 }
 
 var (
-	windowShade = color.RGBA{0xe1, 0x57, 0x59, 0x38}
+	windowShade = color.NRGBA{0xe1, 0x57, 0x59, 0x40}
 	actionLine  = color.RGBA{0x33, 0x33, 0x33, 0xff}
 )
 
@@ -118,7 +118,8 @@ func throughputChart(res *Result) (template.HTML, error) {
 	line.Width = vg.Points(1.2)
 	p.Add(line)
 	p.Y.Min, p.Y.Max = 0, top
-	p.X.Min, p.X.Max = 0, seconds(res.End)
+	// The same time axis as the ownership chart below it.
+	p.X.Min, p.X.Max = 0, seconds(res.End)*1.12
 	return svg(p, 9*vg.Inch, 3*vg.Inch)
 }
 
@@ -181,10 +182,9 @@ func ownershipChart(res *Result) (template.HTML, error) {
 	}
 	p.Y.Tick.Marker = plot.ConstantTicks(ticks)
 	p.Y.Min, p.Y.Max = -0.5, n-0.5
-	p.X.Min, p.X.Max = 0, seconds(res.End)
+	// Room at the right for the members' legend.
+	p.X.Min, p.X.Max = 0, seconds(res.End)*1.12
 	p.Legend.Top = true
-	p.Legend.Left = false
-	p.Legend.XOffs = vg.Points(70)
 	h := vg.Length(1.5+0.16*n) * vg.Inch
 	return svg(p, 9*vg.Inch, h)
 }
@@ -238,7 +238,7 @@ func comparisonCharts(results []*Result) (pauses, dups template.HTML, err error)
 	pp.Legend.Top = true
 	pp.NominalX(names...)
 	// Headroom for the legend above the tallest bar.
-	pp.Y.Min, pp.Y.Max = 0, max(slices.Max(pmax), 1)*1.35
+	pp.Y.Min, pp.Y.Max = 0, max(slices.Max(pmax), 1)*1.6
 	if pauses, err = svg(pp, 4.5*vg.Inch, 3*vg.Inch); err != nil {
 		return "", "", err
 	}

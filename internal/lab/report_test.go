@@ -108,3 +108,29 @@ func TestReportInBrowser(t *testing.T) {
 		}
 	}
 }
+
+// A report saved as JSON draws the same page again.
+func TestJSONRoundTrip(t *testing.T) {
+	rep := sampleReport()
+	var direct, saved bytes.Buffer
+	if err := WriteHTML(&direct, rep); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteJSON(&saved, rep); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadJSON(&saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var again bytes.Buffer
+	if err := WriteHTML(&again, back); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(direct.Bytes(), again.Bytes()) {
+		t.Error("the page drawn from the saved JSON differs from the original")
+	}
+	if _, err := ReadJSON(strings.NewReader("{")); err == nil {
+		t.Error("a truncated report was read")
+	}
+}

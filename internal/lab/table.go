@@ -78,3 +78,12 @@ func WriteJSON(w io.Writer, rep *Report) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(rep)
 }
+
+// ReadJSON reads a report WriteJSON wrote, to print or draw it again.
+func ReadJSON(r io.Reader) (*Report, error) {
+	var rep Report
+	if err := json.NewDecoder(r).Decode(&rep); err != nil {
+		return nil, fmt.Errorf("reading a lab report: %w", err)
+	}
+	return &rep, nil
+}
