@@ -28,14 +28,16 @@ type EventKind uint8
 
 // The kinds of ownership event. Assigned, Revoked and Lost are the client's
 // own callbacks (OnPartitionsAssigned, OnPartitionsRevoked,
-// OnPartitionsLost). Crashed is the lab killing the member's client: from
-// then on it consumes nothing, whatever it held, and later callbacks of that
+// OnPartitionsLost). Crashed is the lab killing the member's client, and
+// Closed the lab's clean close of it having returned: from then on it
+// consumes nothing, whatever it still held, and later callbacks of that
 // client are ignored.
 const (
 	Assigned EventKind = iota + 1
 	Revoked
 	Lost
 	Crashed
+	Closed
 )
 
 func (k EventKind) String() string {
@@ -48,6 +50,8 @@ func (k EventKind) String() string {
 		return "lost"
 	case Crashed:
 		return "crashed"
+	case Closed:
+		return "closed"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -340,7 +344,7 @@ func replay(rec *Recording, events []OwnerEvent) ([]Span, []Window, int) {
 		measured := e.At >= rec.BaselineStart
 		if !measured {
 			baselineGen = max(baselineGen, e.Generation)
-		} else if e.Generation >= 0 && e.Generation > baselineGen && e.Kind != Crashed {
+		} else if e.Generation > baselineGen {
 			seenGens[e.Generation] = true
 		}
 		switch e.Kind {
@@ -377,9 +381,10 @@ func replay(rec *Recording, events []OwnerEvent) ([]Span, []Window, int) {
 				open = nil
 				lastGen = e.Generation
 			}
-		case Revoked, Lost, Crashed:
+		case Revoked, Lost, Crashed, Closed:
 			parts := e.Partitions
-			if e.Kind == Crashed {
+			gone := e.Kind == Crashed || e.Kind == Closed
+			if gone {
 				crashed[o] = true
 				parts = nil
 				for tp, hs := range holding {
@@ -395,9 +400,9 @@ func replay(rec *Recording, events []OwnerEvent) ([]Span, []Window, int) {
 					orphaned = true
 				}
 			}
-			// A crash is the lab's act, not something a client
-			// saw: the window opens when the survivors hear of it.
-			if measured && orphaned && open == nil && e.Kind != Crashed {
+			// A crash or close is the lab's act, not something a
+			// client saw: the window opens when the others hear of it.
+			if measured && orphaned && open == nil && !gone {
 				open = &Window{Start: e.At}
 			}
 		}

@@ -289,3 +289,28 @@ func TestStatsNearestRank(t *testing.T) {
 		t.Errorf("stats of nothing = %+v", statsOf(nil))
 	}
 }
+
+// A client that closed without giving up a partition in a callback owns it
+// no more from the close on; its late callbacks are ignored.
+func TestAnalyzeClosedReleases(t *testing.T) {
+	rec := &Recording{
+		Events: []OwnerEvent{
+			ev(0.5, "m1", 0, Assigned, 1, 0),
+			ev(0.5, "m2", 0, Assigned, 1, 1),
+			{At: sec(2), Member: "m2", Kind: Closed, Generation: -1},
+			ev(2.5, "m2", 0, Revoked, 1, 1),
+			ev(3, "m1", 0, Assigned, 2, 1),
+		},
+		Partitions:    tps("t", 0, 1),
+		BaselineStart: sec(1),
+		End:           sec(4),
+	}
+	m := Analyze(rec)
+	want := []Pause{{TP: TP{"t", 1}, From: sec(2), To: sec(3), Duration: sec(1), Prev: "m2", Next: "m1"}}
+	if !reflect.DeepEqual(m.Pauses, want) {
+		t.Errorf("pauses = %+v, want %+v", m.Pauses, want)
+	}
+	if want := []Window{{Start: sec(3), End: sec(3)}}; !reflect.DeepEqual(m.Windows, want) || m.Rebalances != 1 {
+		t.Errorf("windows = %+v, rebalances %d: want %+v and 1", m.Windows, m.Rebalances, want)
+	}
+}

@@ -177,7 +177,9 @@ func (m *member) stop() {
 	m.cancel()
 	<-m.done
 	m.cl.Close()
-	m.run.rec.stopped(m.name, m.incarnation)
+	// A client gives up what it owns in its revoke callback as it
+	// closes; should any be left, the closed client owns it no more.
+	m.run.rec.event(m.name, m.incarnation, Closed, -1, nil)
 }
 
 // kill makes the member vanish: its processing stops, its connections are

@@ -61,21 +61,13 @@ func (r *recorder) event(member string, inc int, kind EventKind, gen int32, part
 		for _, tp := range parts {
 			delete(r.owners[tp], o)
 		}
-	case Crashed:
+	case Crashed, Closed:
 		r.dead[o] = true
 		for _, hs := range r.owners {
 			delete(hs, o)
 		}
 	}
 	r.lastChange = now
-}
-
-// stopped marks an incarnation that closed cleanly: its callbacks are
-// done, and anything it still claims is a bug the settle check reports.
-func (r *recorder) stopped(member string, inc int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.dead[owner{member, inc}] = true
 }
 
 func (r *recorder) consumedRecord(c Consumption) {

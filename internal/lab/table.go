@@ -25,14 +25,8 @@ func WriteTable(w io.Writer, rep *Report) error {
 		switch {
 		case res.Unsupported != "":
 			row = append(row, "unsupported by the broker")
-			for len(row) < len(cols) {
-				row = append(row, "")
-			}
 		case m == nil:
 			row = append(row, "failed")
-			for len(row) < len(cols) {
-				row = append(row, "")
-			}
 		default:
 			row = append(row,
 				fmt.Sprint(m.Rebalances),
