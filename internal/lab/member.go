@@ -23,6 +23,13 @@ type member struct {
 	dialer      *killDialer
 	cancel      context.CancelFunc
 	done        chan struct{}
+	// abort is closed by kill: the poll in hand is dropped unfinished.
+	abort chan struct{}
+
+	mu sync.Mutex
+	// uncommitted holds, per partition, the last record processed and
+	// not yet committed (sync and on-revoke commit modes).
+	uncommitted map[TP]*kgo.Record
 
 	// stall is extra processing time for the member's next poll (the
 	// slow-consumer scenario); stalling is closed when it begins.
@@ -35,7 +42,7 @@ func (m *member) owner() owner { return owner{m.name, m.incarnation} }
 
 // startMember starts an incarnation of a member and its poll loop.
 func (r *run) startMember(name string, incarnation int) (*member, error) {
-	m := &member{name: name, incarnation: incarnation, run: r, dialer: &killDialer{}, done: make(chan struct{}), stalling: make(chan struct{})}
+	m := &member{name: name, incarnation: incarnation, run: r, dialer: &killDialer{}, done: make(chan struct{}), abort: make(chan struct{}), stalling: make(chan struct{}), uncommitted: map[TP]*kgo.Record{}}
 	cfg := r.cfg
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(splitList(cfg.Bootstrap)...),
@@ -55,17 +62,14 @@ func (r *run) startMember(name string, incarnation int) (*member, error) {
 		// then counts in the rebalance, and no member commits for a
 		// partition it no longer owns.
 		kgo.BlockRebalanceOnPoll(),
-		kgo.AutoCommitMarks(),
 		kgo.WithLogger(kgoLogger{r.log, name}),
 		kgo.OnPartitionsAssigned(func(_ context.Context, cl *kgo.Client, a map[string][]int32) {
 			r.rec.event(name, incarnation, Assigned, generation(cl), flatten(a))
 		}),
 		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, rv map[string][]int32) {
 			r.rec.event(name, incarnation, Revoked, generation(cl), flatten(rv))
-			if cfg.CommitMode != CommitSync && !m.dialer.isDead() {
-				if err := cl.CommitMarkedOffsets(ctx); err != nil {
-					r.log.Debug("commit on revoke", "member", name, "err", err)
-				}
+			if !m.dialer.isDead() {
+				m.commit(ctx, "commit on revoke")
 			}
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, cl *kgo.Client, l map[string][]int32) {
@@ -74,7 +78,9 @@ func (r *run) startMember(name string, incarnation int) (*member, error) {
 	}
 	switch cfg.CommitMode {
 	case CommitAuto:
-		opts = append(opts, kgo.AutoCommitInterval(cfg.AutoCommitInterval))
+		// What is committed is what was processed: the poll loop
+		// marks records once it is done with them.
+		opts = append(opts, kgo.AutoCommitMarks(), kgo.AutoCommitInterval(cfg.AutoCommitInterval))
 	default:
 		opts = append(opts, kgo.DisableAutoCommit())
 	}
@@ -151,22 +157,59 @@ func (m *member) poll(ctx context.Context) {
 			}
 		}
 		if work > 0 {
+			// A clean stop lets the poll in hand finish; a crash
+			// drops it.
 			t := time.NewTimer(work)
 			select {
 			case <-t.C:
-			case <-ctx.Done():
+			case <-m.abort:
 				t.Stop()
 				m.cl.AllowRebalance()
 				return
 			}
 		}
-		m.cl.MarkCommitRecords(polled...)
+		m.processed(polled)
 		if cfg.CommitMode == CommitSync && len(polled) > 0 {
-			if err := m.cl.CommitMarkedOffsets(ctx); err != nil && ctx.Err() == nil {
-				m.run.log.Debug("commit after poll", "member", m.name, "err", err)
-			}
+			m.commit(ctx, "commit after poll")
 		}
 		m.cl.AllowRebalance()
+	}
+}
+
+// processed notes records the member is done with: under auto commit they
+// are marked for the next autocommit; otherwise they are kept for the next
+// explicit commit.
+func (m *member) processed(recs []*kgo.Record) {
+	if m.run.cfg.CommitMode == CommitAuto {
+		m.cl.MarkCommitRecords(recs...)
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range recs {
+		m.uncommitted[TP{r.Topic, r.Partition}] = r
+	}
+}
+
+// commit commits what the member has processed and not yet committed.
+func (m *member) commit(ctx context.Context, what string) {
+	var err error
+	if m.run.cfg.CommitMode == CommitAuto {
+		err = m.cl.CommitMarkedOffsets(ctx)
+	} else {
+		m.mu.Lock()
+		recs := make([]*kgo.Record, 0, len(m.uncommitted))
+		for _, r := range m.uncommitted {
+			recs = append(recs, r)
+		}
+		clear(m.uncommitted)
+		m.mu.Unlock()
+		if len(recs) > 0 {
+			err = m.cl.CommitRecords(ctx, recs...)
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		m.run.log.Debug(what, "member", m.name, "err", err)
 	}
 }
 
@@ -186,6 +229,7 @@ func (m *member) stop() {
 // dropped and every later dial fails, so no leave reaches the broker.
 func (m *member) kill() {
 	m.dialer.kill()
+	close(m.abort)
 	m.cancel()
 	<-m.done
 	m.run.rec.event(m.name, m.incarnation, Crashed, -1, nil)
