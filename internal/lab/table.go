@@ -23,10 +23,16 @@ func WriteTable(w io.Writer, rep *Report) error {
 		row := []string{res.Scenario, res.Protocol.Name}
 		m := res.Measurements
 		switch {
-		case res.Unsupported != "":
-			row = append(row, "unsupported by the broker")
-		case m == nil:
-			row = append(row, "failed")
+		case res.Unsupported != "" || m == nil:
+			// Dashes keep the columns aligned; the reason follows
+			// the table.
+			row = append(row, "unsupported")
+			if res.Unsupported == "" {
+				row[len(row)-1] = "failed"
+			}
+			for len(row) < len(cols) {
+				row = append(row, "-")
+			}
 		default:
 			row = append(row,
 				fmt.Sprint(m.Rebalances),
@@ -48,6 +54,11 @@ func WriteTable(w io.Writer, rep *Report) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, res := range rep.Results {
+		if res.Unsupported != "" {
+			fmt.Fprintf(w, "%s / %s: unsupported by the broker: %s\n", res.Scenario, res.Protocol.Name, res.Unsupported)
+		}
 	}
 	for _, res := range rep.Results {
 		if res.Err != "" {
