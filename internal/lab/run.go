@@ -318,9 +318,9 @@ func (r *run) execute(ctx context.Context) Result {
 	if res.Err != "" {
 		status = "FAILED: " + res.Err
 	}
-	progressf(r.cfg, "[%d/%d] %s / %s: %s in %s, %d rebalances, max pause %s, %d duplicates, %d lost\n",
+	progressf(r.cfg, "[%d/%d] %s / %s: %s in %s, %s, max pause %s, %d duplicates, %d lost\n",
 		r.n, r.total, r.scenario, r.proto.Name, status, res.Elapsed.Round(100*time.Millisecond),
-		m.Rebalances, fmtMs(m.Pause.Max), m.Duplicates, m.Lost)
+		count(m.Rebalances, "rebalance"), fmtMs(m.Pause.Max), m.Duplicates, m.Lost)
 	return res
 }
 

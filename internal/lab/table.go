@@ -74,7 +74,15 @@ func brokerCell(res *Result) string {
 	if res.Broker == nil {
 		return "-"
 	}
-	return fmt.Sprintf("%d rebalances, max pause %s", res.Broker.Rebalances, fmtMs(res.Broker.MaxPause))
+	return fmt.Sprintf("%s, max pause %s", count(res.Broker.Rebalances, "rebalance"), fmtMs(res.Broker.MaxPause))
+}
+
+// count says "1 rebalance" and "2 rebalances".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // WriteJSON writes the whole report, raw figures included.
