@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/groupd/groupd/internal/lab"
 )
 
@@ -81,5 +83,54 @@ func TestLabFromJSON(t *testing.T) {
 	}
 	if n := bytes.Count(html, []byte("<svg")); n != 4 {
 		t.Errorf("the report has %d charts, want 4", n)
+	}
+}
+
+// `groupd lab --bootstrap-server` runs against a broker it does not embed:
+// franz-go's kfake, in process, which serves the consumer protocol. A
+// member leaves under each base protocol; the JSON says what the clients
+// saw, and nothing is lost.
+func TestLabCommandBootstrapServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs live consumer groups")
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second),
+		kfake.BrokerConfigs(map[string]string{
+			"group.consumer.session.timeout.ms":    "2000",
+			"group.consumer.heartbeat.interval.ms": "200",
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	out, err := runRoot("lab", "--bootstrap-server", c.ListenAddrs()[0], "--json",
+		"--scenarios", "scale-in", "--protocols", "eager,cooperative,consumer",
+		"--members", "3", "--change", "1", "--partitions", "6", "--rate", "200",
+		"--quiet", "500ms", "--cooldown", "300ms", "--session-timeout", "2s",
+		"--heartbeat-interval", "200ms", "--rebalance-timeout", "2s",
+		"--auto-commit-interval", "300ms", "--settle-timeout", "30s")
+	if err != nil {
+		t.Fatalf("groupd lab: %v\n%s", err, out)
+	}
+	rep, err := lab.ReadJSON(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rep.Broker, c.ListenAddrs()[0]) || len(rep.Results) != 3 {
+		t.Fatalf("ran against %q with %d results", rep.Broker, len(rep.Results))
+	}
+	for _, res := range rep.Results {
+		m := res.Measurements
+		if res.Unsupported != "" || res.Err != "" || m == nil {
+			t.Errorf("%s: unsupported %q, error %q", res.Protocol.Name, res.Unsupported, res.Err)
+			continue
+		}
+		// The leaver's partitions move to the two who stay.
+		if m.Lost != 0 || m.Produced == 0 || m.Rebalances == 0 || m.Moved < 2 {
+			t.Errorf("%s: %d lost of %d, %d rebalances, %d moved", res.Protocol.Name, m.Lost, m.Produced, m.Rebalances, m.Moved)
+		}
+		if res.Broker != nil {
+			t.Errorf("%s: rebalance records from kfake, which keeps none", res.Protocol.Name)
+		}
 	}
 }
