@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -31,8 +30,10 @@ type Embedded struct {
 }
 
 // StartEmbedded starts groupd on free loopback ports, with its HTTP side
-// on, and its data in a new temporary directory that Close removes.
-func StartEmbedded(log *slog.Logger) (*Embedded, error) {
+// on, and its data in a new temporary directory that Close removes. Its
+// group settings follow the lab's cfg, so that what the lab's flags ask of
+// the members, groupd allows.
+func StartEmbedded(cfg Config) (*Embedded, error) {
 	dir, err := os.MkdirTemp("", "groupd-lab-")
 	if err != nil {
 		return nil, err
@@ -42,7 +43,7 @@ func StartEmbedded(log *slog.Logger) (*Embedded, error) {
 	// the group has settled, so the delay would only slow every run.
 	gc.InitialRebalanceDelay = -1
 	// Short sessions can be tried; clients still ask for their own.
-	gc.MinSessionTimeout = time.Second
+	gc.MinSessionTimeout = min(time.Second, cfg.SessionTimeout)
 	a, err := app.Start(app.Config{
 		Listen:             "127.0.0.1:0",
 		HTTPListen:         "127.0.0.1:0",
@@ -52,7 +53,7 @@ func StartEmbedded(log *slog.Logger) (*Embedded, error) {
 		ConnectionsMaxIdle: -1,
 		Log:                partition.Options{Sync: partition.SyncAlways},
 		Group:              gc,
-		Logger:             log,
+		Logger:             cfg.Logger,
 	})
 	if err != nil {
 		os.RemoveAll(dir)

@@ -105,7 +105,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	report := &Report{Started: time.Now(), Broker: cfg.Bootstrap, Config: reportConfig(cfg)}
 	if cfg.Bootstrap == "" {
-		e, err := StartEmbedded(cfg.Logger)
+		e, err := StartEmbedded(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("starting the embedded groupd: %w", err)
 		}
