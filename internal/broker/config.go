@@ -98,11 +98,13 @@ func boolDef(name, def, broker, doc string, allowTrue bool) ConfigDef {
 
 func listDef(name, def, broker string, applied bool, doc string, check func([]string) error) ConfigDef {
 	return ConfigDef{Name: name, Type: kmsg.ConfigTypeList, Default: def, BrokerName: broker, Applied: applied, Doc: doc, check: func(s string) error {
-		return check(splitList(s))
+		return check(SplitList(s))
 	}}
 }
 
-func splitList(s string) []string {
+// SplitList splits a list config's value at commas, trimming spaces and
+// dropping empty items, as Kafka reads LIST configs.
+func SplitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
 		if p = strings.TrimSpace(p); p != "" {
@@ -292,7 +294,7 @@ func logConfig(values []ConfigValue) partition.Config {
 		n, _ := strconv.ParseInt(s, 10, 64)
 		switch v.Def.Name {
 		case "cleanup.policy":
-			ps := splitList(s)
+			ps := SplitList(s)
 			c.Delete, c.Compact = slices.Contains(ps, "delete"), slices.Contains(ps, "compact")
 		case "delete.retention.ms":
 			c.DeleteRetentionMs = n

@@ -65,6 +65,15 @@ func (b *Broker) TopicConfigs(name string) ([]ConfigValue, error) {
 	return resolveConfigs(t.Configs(), b.cfg.TopicDefaults), nil
 }
 
+// ResolveConfigs returns every config of a topic with the given overrides
+// (which must be valid), with its value and source, sorted by name.
+func (b *Broker) ResolveConfigs(overrides map[string]string) ([]ConfigValue, error) {
+	if err := ValidateConfigs(overrides); err != nil {
+		return nil, err
+	}
+	return resolveConfigs(overrides, b.cfg.TopicDefaults), nil
+}
+
 // BrokerConfigs returns the broker's topic defaults: every topic config
 // that has a broker synonym, under the broker's name, with the flag's
 // value (STATIC_BROKER_CONFIG) or groupd's default.
