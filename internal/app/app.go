@@ -220,6 +220,10 @@ func highWatermark(b *broker.Broker) func(string, int32) (int64, bool) {
 	}
 }
 
+// Broker is the broker's data plane, for tests that run its background
+// maintenance (retention, the log cleaner) by hand.
+func (a *App) Broker() *broker.Broker { return a.broker }
+
 // Inspect is the read-only view of the groups and their rebalance
 // histories, for the admin side.
 func (a *App) Inspect() inspect.Source { return a.coord }

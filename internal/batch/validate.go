@@ -215,8 +215,10 @@ func ValidateRecords(b []byte, h Header, o ValidateOptions) (Validated, error) {
 	return v, nil
 }
 
+// corruptRecord names a record that does not decode; Error says
+// "corrupt record batch: record i: msg".
 func corruptRecord(i int, msg string) error {
-	return &ValidationError{Err: corrupt("record %d: %s", i, msg), Records: []RecordError{{Index: int32(i), Message: msg}}}
+	return &ValidationError{Err: ErrCorrupt, Records: []RecordError{{Index: int32(i), Message: msg}}}
 }
 
 // skipNullable skips a varint length and that many bytes (-1 is null) and
