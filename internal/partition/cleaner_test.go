@@ -405,3 +405,41 @@ func TestMaintenanceWhileServing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTombstoneRemovedAfterRestart: when kept tombstones fall due is not
+// kept across a stop; the first clean after a start removes those past
+// their horizon.
+func TestTombstoneRemovedAfterRestart(t *testing.T) {
+	clk := newClock(50_000_000)
+	dir := t.TempDir()
+	cfg := withConfig(DefaultConfig(), func(c *Config) {
+		c.SegmentBytes, c.Compact, c.Delete, c.DeleteRetentionMs, c.MinCleanableDirtyRatio = 700, true, false, 60_000, 0.5
+	})
+	opts := Options{Now: clk.now, Config: cfg}
+	l := openT(t, dir, opts)
+	last := compactedLog(t, l, 8, 6, 3, clk.ms.Load())
+	l.wmu.Lock()
+	l.roll()
+	l.wmu.Unlock()
+	end := l.HighWatermark()
+	// As after any roll, the active segment holds a batch: reads past the
+	// removed tombstones find it.
+	mustAppend(t, l, keyed(clk.ms.Load(), 0, []byte("k7"), []byte("fresh")))
+	if _, err := l.Clean(NewKeyMap(1 << 16)); err != nil {
+		t.Fatal(err)
+	}
+	checkCompacted(t, l, last, true, end)
+	l.Close()
+	clk.advance(2 * time.Minute)
+	l = openT(t, dir, opts)
+	if _, due := l.Cleanable(); !due {
+		t.Fatal("not cleanable after a start with tombstones past their horizon")
+	}
+	if _, err := l.Clean(NewKeyMap(1 << 16)); err != nil {
+		t.Fatal(err)
+	}
+	checkCompacted(t, l, last, false, end)
+	if _, due := l.Cleanable(); due {
+		t.Fatal("still cleanable")
+	}
+}

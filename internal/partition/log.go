@@ -201,6 +201,11 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	l.start.Store(max(l.cp.logStart, l.segs[0].base))
+	if l.cp.cleanedTo > 0 {
+		// When the kept tombstones fall due is not kept across a stop:
+		// the first clean after a start finds out.
+		l.tombstoneDue.Store(0)
+	}
 	last := l.segs[len(l.segs)-1]
 	l.hw.Store(last.stats.next)
 	// Only the recovery point is known durable: what lies past it was
