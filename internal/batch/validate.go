@@ -147,19 +147,19 @@ func ValidateRecords(b []byte, h Header, o ValidateOptions) (Validated, error) {
 	maxTS := int64(NoTimestamp)
 	r := data
 	for i := range n {
-		length, k := binary.Varint(r)
+		length, k := varint(r)
 		if k <= 0 || length < 1 || length > int64(len(r)-k) {
 			return v, corruptRecord(i, "bad record length")
 		}
 		rec := r[k : k+int(length)]
 		r = r[k+int(length):]
 		rec = rec[1:] // attributes: unused in v2
-		tsDelta, k := binary.Varint(rec)
+		tsDelta, k := varint(rec)
 		if k <= 0 {
 			return v, corruptRecord(i, "bad timestamp delta")
 		}
 		rec = rec[k:]
-		od, k := binary.Varint(rec)
+		od, k := varint(rec)
 		if k <= 0 {
 			return v, corruptRecord(i, "bad offset delta")
 		}
@@ -177,7 +177,7 @@ func ValidateRecords(b []byte, h Header, o ValidateOptions) (Validated, error) {
 		if _, rest, ok = skipNullable(rest); !ok {
 			return v, corruptRecord(i, "bad value length")
 		}
-		nh, k := binary.Varint(rest)
+		nh, k := varint(rest)
 		if k <= 0 || nh < 0 || nh > int64(len(rest)-k)/2 {
 			return v, corruptRecord(i, "bad header count")
 		}
@@ -224,7 +224,7 @@ func corruptRecord(i int, msg string) error {
 // skipNullable skips a varint length and that many bytes (-1 is null) and
 // returns the length.
 func skipNullable(b []byte) (int64, []byte, bool) {
-	n, k := binary.Varint(b)
+	n, k := varint(b)
 	if k <= 0 || n < -1 || n > int64(len(b)-k) {
 		return 0, nil, false
 	}
@@ -232,6 +232,20 @@ func skipNullable(b []byte) (int64, []byte, bool) {
 		return n, b[k:], true
 	}
 	return n, b[k+int(n):], true
+}
+
+// varint is binary.Varint with the one- and two-byte encodings, which
+// nearly every record field uses, decoded inline.
+func varint(b []byte) (int64, int) {
+	if len(b) > 0 && b[0] < 0x80 {
+		u := uint64(b[0])
+		return int64(u>>1) ^ -int64(u&1), 1
+	}
+	if len(b) > 1 && b[1] < 0x80 {
+		u := uint64(b[0]&0x7f) | uint64(b[1])<<7
+		return int64(u>>1) ^ -int64(u&1), 2
+	}
+	return binary.Varint(b)
 }
 
 func satAdd(a, b int64) int64 {
