@@ -22,6 +22,7 @@ import (
 	"github.com/groupd/groupd/internal/group"
 	"github.com/groupd/groupd/internal/metrics"
 	"github.com/groupd/groupd/internal/partition"
+	"github.com/groupd/groupd/internal/store"
 )
 
 func main() {
@@ -92,6 +93,10 @@ func serveCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			a, err := app.Start(cfg)
+			var undecodable *store.UndecodableError
+			if errors.As(err, &undecodable) {
+				return fmt.Errorf("%w\nthe record is left in place; to start anyway, skipping every record that does not decode with a log line naming it, pass --skip-undecodable-records", err)
+			}
 			if err != nil {
 				return err
 			}
@@ -124,8 +129,9 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&cfg.MaxConnections, "max-connections", 0, "most open client connections; one more is closed as soon as it is accepted (0: three quarters of the open-file limit)")
 	f.DurationVar(&cfg.ConnectionsMaxIdle, "connections-max-idle", 10*time.Minute, "close a connection that has had nothing in flight for this long (connections.max.idle.ms); 0 never")
 	f.Int32Var(&cfg.FetchMaxBytes, "fetch-max-bytes", 55<<20, "most record bytes in one fetch reply, whatever the request asks (fetch.max.bytes); a larger first batch is still returned whole")
-	f.StringVar(&fsync, "fsync", "always", "when partition logs are fsynced: always (before a produce is acknowledged), interval (every --fsync-interval), never (left to the OS)")
+	f.StringVar(&fsync, "fsync", "always", "when partition logs and coordinator records are fsynced: always (before a produce or commit is acknowledged), interval (every --fsync-interval), never (left to the OS)")
 	f.DurationVar(&cfg.Log.SyncInterval, "fsync-interval", time.Second, "fsync period for --fsync=interval")
+	f.BoolVar(&cfg.SkipUndecodableRecords, "skip-undecodable-records", false, "start even if coordinator records (offsets, group metadata) do not decode, skipping each with a log line; without it such a record stops the start")
 	f.Int64Var(&cfg.Log.SegmentBytes, "segment-bytes", 256<<20, "roll a partition's segment file after this many bytes")
 	f.StringVar(&cfg.HTTPListen, "http-listen", "127.0.0.1:9644", "address of the HTTP side: Prometheus metrics at /metrics, the JSON admin API under /api/v1, the status page at /; empty disables it")
 	f.IntVar(&cfg.MetricsMaxGroups, "metrics-max-groups", metrics.DefaultMaxGroups, "most groups with their own members and lag series (the groups with the most lag); the others are summed into aggregate series; 0 gives no per-group series")

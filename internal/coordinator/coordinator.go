@@ -20,7 +20,9 @@
 // COORDINATOR_NOT_AVAILABLE, which clients retry, and the shard rebuilds its
 // machine from the store. Until a shard has
 // loaded its records, requests for its groups are answered with
-// COORDINATOR_LOAD_IN_PROGRESS.
+// COORDINATOR_LOAD_IN_PROGRESS; a load that fails is retried with backoff,
+// except on a stored record that does not decode, which stops the shard and
+// is reported by WaitLoad and Failed.
 //
 // Handle splits requests that name groups of several shards (DescribeGroups,
 // DeleteGroups, OffsetFetch v8+, ListGroups) and merges the answers.
@@ -70,12 +72,15 @@ type Config struct {
 	HighWatermark func(topic string, partition int32) (int64, bool)
 	// Observer, if set, is told of finished rebalances and store writes.
 	Observer Observer
+	// Hooks let a simulation pace and watch the runtime; see Hooks.
+	Hooks Hooks
 }
 
 // Coordinator serves the group APIs over sharded group machines.
 type Coordinator struct {
 	cfg       Config
 	shards    []*shard
+	failures  *loadFailures
 	closeOnce sync.Once
 }
 
@@ -109,7 +114,7 @@ func New(cfg Config) *Coordinator {
 		// at the same instant every run.
 		cfg.Seed = uint64(time.Now().UnixNano())
 	}
-	c := &Coordinator{cfg: cfg}
+	c := &Coordinator{cfg: cfg, failures: newLoadFailures()}
 	shared := cfg.Group.NewMemberID
 	var sharedMu sync.Mutex
 	for i := 0; i < cfg.Shards; i++ {
@@ -125,9 +130,12 @@ func New(cfg Config) *Coordinator {
 				return shared(prefix)
 			}
 		}
-		c.shards = append(c.shards, newShard(i, &cfg, gcfg))
+		s := newShard(i, &cfg, gcfg)
+		s.failures = c.failures
+		c.shards = append(c.shards, s)
 	}
 	for _, s := range c.shards {
+		s.busy(1) // the loop, until it exits
 		go s.run()
 	}
 	return c
@@ -255,6 +263,13 @@ func (s *shard) do(clientID, clientHost string, req kmsg.Request) Wait {
 		return answered(resp, nil)
 	}
 	return func(ctx context.Context) (kmsg.Response, error) {
+		// A reply already released wins over a context that ended, so
+		// a caller polling with an ended context sees every reply.
+		select {
+		case resp := <-cl.reply:
+			return resp, nil
+		default:
+		}
 		select {
 		case resp := <-cl.reply:
 			return resp, nil

@@ -91,8 +91,14 @@ func (m *Machine) joinGroup(r Request, req *kmsg.JoinGroupRequest) {
 	j := joinArgs{r: r, req: req, p: p, session: session, rebalance: rebalance, instanceID: instanceID}
 	switch {
 	case !m.acceptJoiningMember(g, req.MemberID):
+		// Kafka's group.remove: the refused id is neither a member nor
+		// pending any more. Unlike Kafka, the join phase completes at
+		// once if the refused member was all it waited for, rather than
+		// at the next join or timer.
 		if mem := g.members[req.MemberID]; mem != nil {
 			m.removeMember(g, mem, errUnknownMemberID, m.now)
+		} else if g.pending[req.MemberID] {
+			m.removePending(g, req.MemberID)
 		}
 		m.replyJoinError(p, errGroupMaxSizeReached, "")
 		m.maybeCompleteJoinPhase(g)
@@ -199,8 +205,7 @@ func (m *Machine) joinExistingMember(g *group, j joinArgs) {
 			m.replyJoinError(j.p, errUnknownMemberID, id)
 			return
 		}
-		delete(g.pending, id)
-		m.cancel(TimerKey{Group: g.id, Kind: TimerPending, Member: id})
+		m.removePending(g, id)
 		m.addMember(g, j, id)
 		return
 	}
@@ -577,6 +582,12 @@ func (m *Machine) onHeartbeatExpired(g *group, id string) {
 			m.completeJoin(g)
 		}
 	}
+}
+
+// removePending forgets a KIP-394 pending member id and its deadline.
+func (m *Machine) removePending(g *group, id string) {
+	delete(g.pending, id)
+	m.cancel(TimerKey{Group: g.id, Kind: TimerPending, Member: id})
 }
 
 func (m *Machine) onPendingExpired(g *group, id string) {

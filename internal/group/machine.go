@@ -153,7 +153,8 @@ type member struct {
 	seq          uint64 // join order, for deterministic iteration
 
 	// For the rebalance history (history.go). lastSeen is when the member
-	// last sent a heartbeat, JoinGroup or SyncGroup; joinedAt its latest
+	// last sent a heartbeat, JoinGroup, SyncGroup or an offset commit that
+	// kept its session alive; joinedAt its latest
 	// JoinGroup. received is the assignment it was last given (assignment
 	// may be newer while it has not synced) and receivedGen its
 	// generation. gaveUp is when it first learnt of a rebalance after

@@ -23,6 +23,10 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 		m.replySyncError(p, errInconsistentProtocol)
 		return
 	}
+	if req.Group == "" {
+		m.replySyncError(p, errInvalidGroupID)
+		return
+	}
 	instanceID := ""
 	if req.Version >= 3 && req.InstanceID != nil {
 		instanceID = *req.InstanceID
@@ -108,6 +112,10 @@ func (m *Machine) heartbeat(r Request, req *kmsg.HeartbeatRequest) {
 	resp := kmsg.NewPtrHeartbeatResponse()
 	resp.Version = req.Version
 	defer m.reply(r.ID, resp)
+	if req.Group == "" {
+		resp.ErrorCode = errInvalidGroupID
+		return
+	}
 	instanceID := ""
 	if req.Version >= 3 && req.InstanceID != nil {
 		instanceID = *req.InstanceID
@@ -153,6 +161,10 @@ func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
 	resp := kmsg.NewPtrLeaveGroupResponse()
 	resp.Version = req.Version
 	defer m.reply(r.ID, resp)
+	if req.Group == "" {
+		resp.ErrorCode = errInvalidGroupID
+		return
+	}
 
 	members := req.Members
 	if req.Version < 3 {
@@ -161,10 +173,15 @@ func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
 		members = []kmsg.LeaveGroupRequestMember{lm}
 	}
 	g := m.groups[req.Group]
-	var results []kmsg.LeaveGroupResponseMember
-	var leaving []*member
-	var byAdmin []bool
-	pendingRemoved := false
+	// As in Kafka's classicGroupLeave, each entry is answered against the
+	// group as the entries before it left it (a member named twice is
+	// unknown the second time), and echoes the ids it was given: an
+	// admin client matches the answer to a removal by instance id on its
+	// empty member id.
+	results := make([]kmsg.LeaveGroupResponseMember, 0, len(members))
+	why := reason{trigger: inspect.TriggerMemberLeft}
+	var pendingWho *member // the first pending id that left
+	left := false
 	for _, lm := range members {
 		res := kmsg.NewLeaveGroupResponseMember()
 		res.MemberID = lm.MemberID
@@ -173,29 +190,42 @@ func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
 		if lm.InstanceID != nil {
 			instanceID = *lm.InstanceID
 		}
+		var leaving *member
+		byAdmin := false
 		switch {
 		case g == nil:
 			res.ErrorCode = errUnknownMemberID
 		case lm.MemberID == "" && instanceID != "":
 			// Admin removal of a static member by instance id.
 			if id, ok := g.static[instanceID]; ok {
-				res.MemberID = id
-				leaving = append(leaving, g.members[id])
-				byAdmin = append(byAdmin, true)
+				leaving, byAdmin = g.members[id], true
 			} else {
 				res.ErrorCode = errUnknownMemberID
 			}
 		case g.pending[lm.MemberID]:
-			delete(g.pending, lm.MemberID)
-			m.cancel(TimerKey{Group: g.id, Kind: TimerPending, Member: lm.MemberID})
-			pendingRemoved = true
+			m.removePending(g, lm.MemberID)
+			left = true
+			if pendingWho == nil {
+				pendingWho = &member{id: lm.MemberID, clientID: r.ClientID, clientHost: r.ClientHost}
+			}
 		default:
 			if code := g.validateMember(lm.MemberID, instanceID); code != 0 {
 				res.ErrorCode = code
 			} else {
-				leaving = append(leaving, g.members[lm.MemberID])
-				byAdmin = append(byAdmin, lm.Reason != nil && strings.Contains(*lm.Reason, adminLeaveReason))
+				leaving = g.members[lm.MemberID]
+				byAdmin = lm.Reason != nil && strings.Contains(*lm.Reason, adminLeaveReason)
 			}
+		}
+		if leaving != nil {
+			left = true
+			if why.who == nil {
+				why.who = leaving
+				if byAdmin {
+					why.trigger = inspect.TriggerAdminRemoved
+				}
+			}
+			why.removed = append(why.removed, leaving.id)
+			m.removeMember(g, leaving, errUnknownMemberID, m.now)
 		}
 		results = append(results, res)
 	}
@@ -204,27 +234,19 @@ func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
 	} else {
 		resp.Members = results
 	}
-	if g == nil {
+	if !left {
 		return
 	}
-	why := reason{trigger: inspect.TriggerMemberLeft}
-	for i, mem := range leaving {
-		if _, ok := g.members[mem.id]; !ok {
-			continue // named twice
-		}
-		if why.who == nil {
-			why.who = mem
-			if byAdmin[i] {
-				why.trigger = inspect.TriggerAdminRemoved
-			}
-		}
-		why.removed = append(why.removed, mem.id)
-		m.removeMember(g, mem, errUnknownMemberID, m.now)
+	// Any successful entry counts, a pending member's included: Kafka
+	// rebalances a Stable group even when only a pending id left it.
+	// Such a rebalance is credited to the client that held the id.
+	if why.who == nil {
+		why.who = pendingWho
 	}
-	switch {
-	case why.who != nil && (g.state == Stable || g.state == CompletingRebalance):
+	switch g.state {
+	case Stable, CompletingRebalance:
 		m.prepareRebalance(g, why)
-	case (why.who != nil || pendingRemoved) && g.state == PreparingRebalance:
+	case PreparingRebalance:
 		m.maybeCompleteJoinPhase(g)
 	}
 }
