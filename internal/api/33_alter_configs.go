@@ -47,12 +47,8 @@ func (h *Handler) alterConfigs(_ context.Context, r *server.Request) (kmsg.Respo
 			if err == nil {
 				err = h.b.SetTopicConfigs(rr.ResourceName, configs, req.ValidateOnly)
 			}
-		case rr.ResourceType == kmsg.ConfigResourceTypeBroker:
-			if err = h.brokerResource(rr.ResourceName); err == nil {
-				err = detail(kerr.InvalidRequest, "broker configs are set by flags when groupd starts")
-			}
 		default:
-			err = unsupportedResource(rr.ResourceType)
+			err = h.refuseAlter(rr.ResourceType, rr.ResourceName)
 		}
 		if err != nil {
 			res.ErrorCode, res.ErrorMessage = errCode(err), errMessage(err)

@@ -42,6 +42,18 @@ func (h *Handler) brokerResource(name string) error {
 	return nil
 }
 
+// refuseAlter is the answer to a request to change the configs of a
+// resource other than a topic: the broker's are its flags, fixed at start.
+func (h *Handler) refuseAlter(t kmsg.ConfigResourceType, name string) error {
+	if t != kmsg.ConfigResourceTypeBroker {
+		return unsupportedResource(t)
+	}
+	if err := h.brokerResource(name); err != nil {
+		return err
+	}
+	return detail(kerr.InvalidRequest, "broker configs are set by flags when groupd starts")
+}
+
 func unsupportedResource(t kmsg.ConfigResourceType) error {
 	return detail(kerr.InvalidRequest, "configs of resource type %s are not served; topics (2) and the broker (4) are", t)
 }

@@ -149,6 +149,19 @@ func TestTopicConfigsWithKadm(t *testing.T) {
 	if !found {
 		t.Fatalf("broker configs lack log.retention.ms=3600000 from the flag: %+v", brs[0].Configs)
 	}
+	for _, alter := range []func() (kadm.AlterConfigsResponses, error){
+		func() (kadm.AlterConfigsResponses, error) {
+			return adm.AlterBrokerConfigs(ctx, []kadm.AlterConfig{set(kadm.SetConfig, "log.retention.ms", kmsg.StringPtr("1"))}, 0)
+		},
+		func() (kadm.AlterConfigsResponses, error) {
+			return adm.AlterBrokerConfigsState(ctx, []kadm.AlterConfig{{Name: "log.retention.ms", Value: kmsg.StringPtr("1")}}, 0)
+		},
+	} {
+		rs, err := alter()
+		if err != nil || len(rs) != 1 || !errors.Is(rs[0].Err, kerr.InvalidRequest) || !strings.Contains(rs[0].ErrMessage, "flags") {
+			t.Fatalf("altering the broker's configs: %v %+v, want INVALID_REQUEST", err, rs)
+		}
+	}
 
 	stopServer(t, a)
 	a = startServer(t, dir, withDefaults)
