@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/groupd/groupd/internal/app"
+	"github.com/groupd/groupd/internal/broker"
 	"github.com/groupd/groupd/internal/cli"
 	"github.com/groupd/groupd/internal/group"
 	"github.com/groupd/groupd/internal/group/consumer"
@@ -45,15 +46,17 @@ func rootCmd() *cobra.Command {
 	root.AddCommand(serve)
 	root.AddCommand(cli.GroupsCmd(), cli.TopicsCmd())
 	root.AddCommand(recoverCmd())
+	root.AddCommand(labCmd())
 	return root
 }
 
 func serveCmd() *cobra.Command {
 	var (
-		cfg       app.Config
-		advertise string
-		logLevel  string
-		fsync     string
+		cfg           app.Config
+		advertise     string
+		logLevel      string
+		fsync         string
+		topicDefaults = map[string]*string{}
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -70,6 +73,12 @@ func serveCmd() *cobra.Command {
 				return fmt.Errorf("--fsync: %w", err)
 			}
 			cfg.Log.Sync = pol
+			cfg.TopicDefaults = map[string]string{}
+			for _, d := range topicDefaultFlags {
+				if cmd.Flags().Changed(d.flag) {
+					cfg.TopicDefaults[d.config] = *topicDefaults[d.flag]
+				}
+			}
 			if cfg.ConnectionsMaxIdle <= 0 {
 				cfg.ConnectionsMaxIdle = -1 // never close idle connections
 			}
@@ -133,6 +142,16 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.HTTPListen, "http-listen", "127.0.0.1:9644", "address of the HTTP side: Prometheus metrics at /metrics, the JSON admin API under /api/v1, the status page at /; empty disables it")
 	f.IntVar(&cfg.MetricsMaxGroups, "metrics-max-groups", metrics.DefaultMaxGroups, "most groups with their own members and lag series (the groups with the most lag); the others are summed into aggregate series; 0 gives no per-group series")
 	f.BoolVar(&cfg.QuarantineDamagedSegments, "quarantine-damaged-segments", false, "on start, move partition segments found damaged below their recovery point to quarantine/ in the data directory and serve the rest, instead of refusing to start")
+	for _, d := range topicDefaultFlags {
+		def, _ := broker.LookupConfig(d.config)
+		topicDefaults[d.flag] = f.String(d.flag, def.Default, fmt.Sprintf("%s (%s): the default of the topic config %s", d.usage, def.BrokerName, d.config))
+	}
+	f.DurationVar(&cfg.RetentionCheckInterval, "log-retention-check-interval", broker.DefaultRetentionCheckInterval, "how often old segments are deleted and idle idempotent producers expire (log.retention.check.interval.ms)")
+	f.DurationVar(&cfg.CleanerBackoff, "log-cleaner-backoff", broker.DefaultCleanerBackoff, "how often the log cleaner looks for compacted topics to clean (log.cleaner.backoff.ms)")
+	f.IntVar(&cfg.CleanerBufferBytes, "log-cleaner-dedupe-buffer-size", broker.DefaultCleanerBufferBytes, "memory of the log cleaner's map of keys (log.cleaner.dedupe.buffer.size), allocated when a compacted topic is first cleaned")
+	f.DurationVar(&cfg.Log.ProducerIDExpiration, "producer-id-expiration", partition.DefaultProducerIDExpiration, "how long an idempotent producer's state is kept after its last batch (producer.id.expiration.ms)")
+	f.Int32Var(&cfg.OffsetsTopicPartitions, "offsets-topic-partitions", broker.DefaultOffsetsTopicPartitions, "partitions of __consumer_offsets when it is created (offsets.topic.num.partitions)")
+	f.BoolVar(&cfg.Log.FullStartCheck, "full-start-check", false, "on start, read every batch header of every segment instead of trusting the sealed segments the producer snapshots describe")
 	g := group.DefaultConfig()
 	f.DurationVar(&cfg.Group.InitialRebalanceDelay, "group-initial-rebalance-delay", g.InitialRebalanceDelay, "how long a new or empty group waits for more members before its first rebalance completes (group.initial.rebalance.delay.ms); 0 or less disables it")
 	f.DurationVar(&cfg.Group.MinSessionTimeout, "group-min-session-timeout", g.MinSessionTimeout, "smallest session timeout a member may ask for (group.min.session.timeout.ms)")
@@ -160,6 +179,20 @@ func addConsumerGroupFlags(f *pflag.FlagSet, c *consumer.Config) {
 	f.DurationVar(&c.MaxHeartbeatInterval, "group-consumer-max-heartbeat-interval", d.MaxHeartbeatInterval, "upper bound of --group-consumer-heartbeat-interval (group.consumer.max.heartbeat.interval.ms)")
 	f.IntVar(&c.MaxSize, "group-consumer-max-size", d.MaxSize, "most members a consumer group may have (group.consumer.max.size)")
 	f.StringSliceVar(&c.Assignors, "group-consumer-assignors", d.Assignors, "server assignors consumer-group members may name, the first being the default: uniform, range (group.consumer.assignors)")
+}
+
+// topicDefaultFlags set the broker's defaults of topic configs, named
+// after Kafka's broker configs.
+var topicDefaultFlags = []struct{ flag, config, usage string }{
+	{"log-retention-ms", "retention.ms", "delete segments whose newest record is older than this; -1 keeps them"},
+	{"log-retention-bytes", "retention.bytes", "delete the oldest segments while a partition is larger than this; -1 for no limit"},
+	{"log-roll-ms", "segment.ms", "roll the active segment once its records span this long"},
+	{"message-max-bytes", "max.message.bytes", "largest record batch a producer may append"},
+	{"log-cleanup-policy", "cleanup.policy", "delete, compact, or compact,delete"},
+	{"log-message-timestamp-type", "message.timestamp.type", "CreateTime or LogAppendTime"},
+	{"log-cleaner-min-compaction-lag-ms", "min.compaction.lag.ms", "records younger than this are not compacted"},
+	{"log-cleaner-delete-retention-ms", "delete.retention.ms", "how long a tombstone stays readable after it was first compacted"},
+	{"log-cleaner-min-cleanable-ratio", "min.cleanable.dirty.ratio", "uncleaned share of a compacted log that makes it due for cleaning"},
 }
 
 func splitHostPort(s string) (string, int32, error) {

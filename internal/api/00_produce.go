@@ -124,14 +124,27 @@ func (h *Handler) setProduceError(version int16, topic string, sp *kmsg.ProduceR
 	sp.ErrorCode = produceErrCode(err)
 	if version >= 8 {
 		sp.ErrorMessage = errMessage(err)
+		// The records at fault, by their index in the batch.
+		var ve *batch.ValidationError
+		if errors.As(err, &ve) {
+			for _, re := range ve.Records {
+				er := kmsg.NewProduceResponseTopicPartitionErrorRecord()
+				er.RelativeOffset, er.ErrorMessage = re.Index, strp(re.Message)
+				sp.ErrorRecords = append(sp.ErrorRecords, er)
+			}
+		}
 	}
 	h.log.Debug("produce rejected", "topic", topic, "partition", sp.Partition, "err", err)
 }
 
 func (h *Handler) produceTopic(version int16, rt kmsg.ProduceRequestTopic) (*broker.Topic, error) {
+	ot, internal := h.b.OffsetsTopic()
 	if version >= 13 {
 		if t, ok := h.b.TopicByID(rt.TopicID); ok {
 			return t, nil
+		}
+		if internal && rt.TopicID == ot.ID {
+			return nil, errInternalAppend
 		}
 		return nil, kerr.UnknownTopicID
 	}
@@ -141,8 +154,14 @@ func (h *Handler) produceTopic(version int16, rt kmsg.ProduceRequestTopic) (*bro
 	if t, ok := h.b.Topic(rt.Topic); ok {
 		return t, nil
 	}
+	if internal && rt.Topic == broker.OffsetsTopicName {
+		return nil, errInternalAppend
+	}
 	return nil, kerr.UnknownTopicOrPartition
 }
+
+// errInternalAppend is Kafka's answer to a produce to an internal topic.
+var errInternalAppend = detail(kerr.InvalidTopicException, "cannot append to internal topic %s", broker.OffsetsTopicName)
 
 // producePartition appends one partition's batch without waiting for an
 // fsync; it returns the log and the offset an fsync must cover before the
@@ -171,6 +190,7 @@ func (h *Handler) producePartition(t *broker.Topic, rp kmsg.ProduceRequestTopicP
 		return nil, 0, err
 	}
 	sp.BaseOffset = res.BaseOffset
+	sp.LogAppendTime = res.LogAppendTime
 	sp.LogStartOffset = l.LogStartOffset()
 	return l, res.LastOffset + 1, nil
 }
@@ -178,6 +198,14 @@ func (h *Handler) producePartition(t *broker.Topic, rp kmsg.ProduceRequestTopicP
 // produceErrCode maps append failures to the codes a Kafka broker sends.
 func produceErrCode(err error) int16 {
 	switch {
+	case errors.Is(err, partition.ErrMessageTooLarge):
+		return kerr.MessageTooLarge.Code
+	case errors.Is(err, partition.ErrRecordListTooLarge):
+		return kerr.RecordListTooLarge.Code
+	case errors.Is(err, batch.ErrInvalidTimestamp):
+		return kerr.InvalidTimestamp.Code
+	case errors.Is(err, batch.ErrTooLarge):
+		return kerr.InvalidRecord.Code
 	case errors.Is(err, batch.ErrCorrupt):
 		return kerr.CorruptMessage.Code
 	case errors.Is(err, batch.ErrUnsupportedMagic):

@@ -48,7 +48,8 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 	var (
 		resolved = -1 // the request topic t and topicErr are for
 		t        *broker.Topic
-		topicErr error
+		internal *broker.OffsetsTopic
+		topicErr *kerr.Error
 	)
 	for _, e := range fetchEntries(req) {
 		rt, rp := &req.Topics[e.topic], e.part
@@ -63,7 +64,7 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 		st := &resp.Topics[len(resp.Topics)-1]
 		if e.topic != resolved {
 			resolved = e.topic
-			t, topicErr = h.fetchTopic(req.Version, *rt)
+			t, internal, topicErr = h.fetchTopic(req.Version, *rt)
 		}
 		sp := kmsg.NewFetchResponseTopicPartition()
 		sp.Partition = rp.Partition
@@ -73,10 +74,20 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 		var l *partition.Log
 		switch {
 		case topicErr != nil:
-			sp.ErrorCode = topicErr.(*kerr.Error).Code
+			sp.ErrorCode = topicErr.Code
 		case rp.CurrentLeaderEpoch > 0:
 			// Leader epoch is always 0 on this single node.
 			sp.ErrorCode = kerr.UnknownLeaderEpoch.Code
+		case internal != nil:
+			// __consumer_offsets has no log here (the coordinator keeps
+			// its records in its store): its partitions read as empty.
+			switch {
+			case rp.Partition < 0 || rp.Partition >= internal.Partitions:
+				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			case rp.FetchOffset != 0:
+				sp.ErrorCode = kerr.OffsetOutOfRange.Code
+			}
+			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = 0, 0, 0
 		default:
 			if l = t.Partition(rp.Partition); l == nil {
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
@@ -215,17 +226,26 @@ func fetchErrCode(err error) int16 {
 	return kerr.UnknownServerError.Code
 }
 
-func (h *Handler) fetchTopic(version int16, rt kmsg.FetchRequestTopic) (*broker.Topic, error) {
+// fetchTopic resolves a fetched topic: a topic with logs, or the internal
+// __consumer_offsets, or the error to answer.
+func (h *Handler) fetchTopic(version int16, rt kmsg.FetchRequestTopic) (*broker.Topic, *broker.OffsetsTopic, *kerr.Error) {
+	ot, internal := h.b.OffsetsTopic()
 	if version >= 13 {
 		if t, ok := h.b.TopicByID(rt.TopicID); ok {
-			return t, nil
+			return t, nil, nil
 		}
-		return nil, kerr.UnknownTopicID
+		if internal && rt.TopicID == ot.ID {
+			return nil, &ot, nil
+		}
+		return nil, nil, kerr.UnknownTopicID
 	}
 	if t, ok := h.b.Topic(rt.Topic); ok {
-		return t, nil
+		return t, nil, nil
 	}
-	return nil, kerr.UnknownTopicOrPartition
+	if internal && rt.Topic == broker.OffsetsTopicName {
+		return nil, &ot, nil
+	}
+	return nil, nil, kerr.UnknownTopicOrPartition
 }
 
 // waitAny blocks until one of waits is closed (true), or the deadline

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/groupd/groupd/internal/broker"
 	"github.com/groupd/groupd/internal/partition"
 	"github.com/groupd/groupd/internal/server"
 )
@@ -28,6 +29,8 @@ func (h *Handler) listOffsets(_ context.Context, r *server.Request) (kmsg.Respon
 		st := kmsg.NewListOffsetsResponseTopic()
 		st.Topic = rt.Topic
 		t, ok := h.b.Topic(rt.Topic)
+		ot, internal := h.b.OffsetsTopic()
+		internal = internal && rt.Topic == broker.OffsetsTopicName
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewListOffsetsResponseTopicPartition()
 			sp.Partition = rp.Partition
@@ -37,6 +40,12 @@ func (h *Handler) listOffsets(_ context.Context, r *server.Request) (kmsg.Respon
 				l = t.Partition(rp.Partition)
 			}
 			switch {
+			case internal && rp.Partition >= 0 && rp.Partition < ot.Partitions:
+				// __consumer_offsets reads as empty: every special
+				// offset is 0, and no record has a timestamp.
+				if rp.Timestamp < 0 {
+					sp.Offset = 0
+				}
 			case l == nil:
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			case rp.CurrentLeaderEpoch > 0:

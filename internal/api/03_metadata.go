@@ -30,8 +30,16 @@ func (h *Handler) metadata(_ context.Context, r *server.Request) (kmsg.Response,
 
 	// A null topic list (v1+) or an empty one at v0 asks for every topic.
 	if req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0) {
+		ot, internal := h.b.OffsetsTopic()
 		for _, t := range h.b.Topics() {
+			if internal && t.Name > broker.OffsetsTopicName {
+				resp.Topics = append(resp.Topics, h.metadataOffsetsTopic(ot))
+				internal = false
+			}
 			resp.Topics = append(resp.Topics, h.metadataTopic(t))
+		}
+		if internal {
+			resp.Topics = append(resp.Topics, h.metadataOffsetsTopic(ot))
 		}
 		return resp, nil
 	}
@@ -46,6 +54,10 @@ func (h *Handler) metadata(_ context.Context, r *server.Request) (kmsg.Response,
 		switch {
 		case rt.Topic == nil:
 			t, ok = h.b.TopicByID(rt.TopicID)
+			if ot, internal := h.b.OffsetsTopic(); !ok && internal && ot.ID == rt.TopicID {
+				resp.Topics = append(resp.Topics, h.metadataOffsetsTopic(ot))
+				continue
+			}
 			if !ok {
 				mt := kmsg.NewMetadataResponseTopic()
 				mt.TopicID = rt.TopicID
@@ -54,6 +66,23 @@ func (h *Handler) metadata(_ context.Context, r *server.Request) (kmsg.Response,
 				resp.Topics = append(resp.Topics, mt)
 				continue
 			}
+		case *rt.Topic == broker.OffsetsTopicName:
+			// As Kafka creates its internal topic when asked for it.
+			ot, internal := h.b.OffsetsTopic()
+			if !internal && autoCreate {
+				ot, err = h.b.EnsureOffsetsTopic()
+				internal = err == nil
+			}
+			if internal {
+				resp.Topics = append(resp.Topics, h.metadataOffsetsTopic(ot))
+				continue
+			}
+			mt := kmsg.NewMetadataResponseTopic()
+			mt.Topic = strp(broker.OffsetsTopicName)
+			mt.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			mt.Partitions = []kmsg.MetadataResponseTopicPartition{}
+			resp.Topics = append(resp.Topics, mt)
+			continue
 		default:
 			name := *rt.Topic
 			if err = broker.ValidateTopicName(name); err == nil {
@@ -84,12 +113,23 @@ func (h *Handler) metadata(_ context.Context, r *server.Request) (kmsg.Response,
 }
 
 func (h *Handler) metadataTopic(t *broker.Topic) kmsg.MetadataResponseTopic {
+	return h.metadataPartitions(t.Name, t.ID, len(t.Partitions()))
+}
+
+// metadataOffsetsTopic describes __consumer_offsets, internal, with its
+// partitions led by this node like any other.
+func (h *Handler) metadataOffsetsTopic(ot broker.OffsetsTopic) kmsg.MetadataResponseTopic {
+	mt := h.metadataPartitions(broker.OffsetsTopicName, ot.ID, int(ot.Partitions))
+	mt.IsInternal = true
+	return mt
+}
+
+func (h *Handler) metadataPartitions(name string, id broker.TopicID, n int) kmsg.MetadataResponseTopic {
 	node := h.b.NodeID()
 	mt := kmsg.NewMetadataResponseTopic()
-	mt.Topic = strp(t.Name)
-	mt.TopicID = t.ID
+	mt.Topic = strp(name)
+	mt.TopicID = id
 	mt.AuthorizedOperations = authorizedOpsOmitted
-	n := len(t.Partitions())
 	mt.Partitions = make([]kmsg.MetadataResponseTopicPartition, 0, n)
 	for p := range n {
 		mp := kmsg.NewMetadataResponseTopicPartition()

@@ -25,6 +25,7 @@ func (h *Handler) findCoordinator(_ context.Context, r *server.Request) (kmsg.Re
 	answer := func(key string) (nodeID int32, host string, port int32, code int16, msg *string) {
 		switch req.CoordinatorType {
 		case keyTypeGroup:
+			h.ensureOffsetsTopic()
 			return h.b.NodeID(), h.host, h.port, 0, nil
 		case keyTypeTransaction:
 			return -1, "", -1, kerr.CoordinatorNotAvailable.Code, strp("transactions are not served")

@@ -84,6 +84,17 @@ func (h *Handler) createTopic(rt kmsg.CreateTopicsRequestTopic, validateOnly, du
 	if err != nil {
 		return err
 	}
+	// v5+ answers with the topic's configs, as DescribeConfigs would.
+	values, err := h.b.ResolveConfigs(configs)
+	if err != nil {
+		return err
+	}
+	st.Configs = make([]kmsg.CreateTopicsResponseTopicConfig, 0, len(values))
+	for _, v := range values {
+		c := kmsg.NewCreateTopicsResponseTopicConfig()
+		c.Name, c.Value, c.Source = v.Def.Name, strp(v.Value), int8(v.Source)
+		st.Configs = append(st.Configs, c)
+	}
 	st.ReplicationFactor = 1
 	if t != nil {
 		st.TopicID = t.ID
@@ -93,6 +104,5 @@ func (h *Handler) createTopic(rt kmsg.CreateTopicsRequestTopic, validateOnly, du
 	} else {
 		st.NumPartitions = n
 	}
-	st.Configs = []kmsg.CreateTopicsResponseTopicConfig{}
 	return nil
 }

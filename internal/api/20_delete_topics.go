@@ -6,12 +6,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/groupd/groupd/internal/broker"
 	"github.com/groupd/groupd/internal/server"
 )
 
 func init() { register(kmsg.DeleteTopics, 0, 6, (*Handler).deleteTopics) }
 
-func (h *Handler) deleteTopics(_ context.Context, r *server.Request) (kmsg.Response, error) {
+func (h *Handler) deleteTopics(ctx context.Context, r *server.Request) (kmsg.Response, error) {
 	req := r.Msg.(*kmsg.DeleteTopicsRequest)
 	resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)
 
@@ -26,11 +27,16 @@ func (h *Handler) deleteTopics(_ context.Context, r *server.Request) (kmsg.Respo
 			targets = append(targets, t)
 		}
 	}
+	var deleted []string
 	for _, rt := range targets {
 		st := kmsg.NewDeleteTopicsResponseTopic()
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
 		var err error
+		ot, internal := h.b.OffsetsTopic()
 		switch {
+		case internal && ((rt.Topic != nil && *rt.Topic == broker.OffsetsTopicName) || (rt.Topic == nil && rt.TopicID == ot.ID)):
+			st.Topic, st.TopicID = strp(broker.OffsetsTopicName), ot.ID
+			err = detail(kerr.InvalidRequest, "%s is an internal topic: the group coordinator's records are in its store", broker.OffsetsTopicName)
 		case rt.Topic == nil || *rt.Topic == "":
 			if t, ok := h.b.TopicByID(rt.TopicID); ok {
 				st.Topic = strp(t.Name)
@@ -49,8 +55,28 @@ func (h *Handler) deleteTopics(_ context.Context, r *server.Request) (kmsg.Respo
 			if req.Version >= 5 {
 				st.ErrorMessage = errMessage(err)
 			}
+		} else {
+			deleted = append(deleted, *st.Topic)
 		}
 		resp.Topics = append(resp.Topics, st)
 	}
+	h.cleanupOffsets(ctx, deleted)
 	return resp, nil
+}
+
+// cleanupOffsets removes the committed offsets of deleted topics from every
+// group before DeleteTopics answers, as Kafka does. The broker recorded
+// the cleanup with each deletion, so one that fails here is retried on
+// the next start.
+func (h *Handler) cleanupOffsets(ctx context.Context, topics []string) {
+	if len(topics) == 0 {
+		return
+	}
+	if err := h.coord.DeleteTopicOffsets(ctx, topics); err != nil {
+		h.log.Warn("removing the committed offsets of deleted topics; retried on the next start", "topics", topics, "err", err)
+		return
+	}
+	if err := h.b.OffsetsCleaned(topics); err != nil {
+		h.log.Warn("recording the removal of deleted topics' offsets; it is repeated on the next start", "topics", topics, "err", err)
+	}
 }

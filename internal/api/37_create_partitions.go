@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/groupd/groupd/internal/broker"
 	"github.com/groupd/groupd/internal/server"
 )
 
@@ -22,8 +23,11 @@ func (h *Handler) createPartitions(_ context.Context, r *server.Request) (kmsg.R
 		st := kmsg.NewCreatePartitionsResponseTopic()
 		st.Topic = rt.Topic
 		var err error
+		_, internal := h.b.OffsetsTopic()
 		if seen[rt.Topic] > 1 {
 			err = detail(kerr.InvalidRequest, "topic %q is named more than once in the request", rt.Topic)
+		} else if internal && rt.Topic == broker.OffsetsTopicName {
+			err = detail(kerr.InvalidRequest, "%s is an internal topic: its partition count is fixed", rt.Topic)
 		} else if t, ok := h.b.Topic(rt.Topic); !ok {
 			err = kerr.UnknownTopicOrPartition
 		} else if have := int32(len(t.Partitions())); rt.Count <= have {

@@ -13,6 +13,9 @@ import (
 // Coordinator serves the group APIs (internal/coordinator).
 type Coordinator interface {
 	Submit(ctx context.Context, clientID, clientHost string, req kmsg.Request) coordinator.Wait
+	// DeleteTopicOffsets removes deleted topics' committed offsets from
+	// every group, durably.
+	DeleteTopicOffsets(ctx context.Context, topics []string) error
 }
 
 // coordinate hands a group request to the coordinator in request order and
@@ -28,6 +31,7 @@ func (h *Handler) coordinate(ctx context.Context, r *server.Request) (kmsg.Respo
 // coordinateThen is coordinate with a step that adapts the coordinator's
 // response before it is written.
 func (h *Handler) coordinateThen(ctx context.Context, r *server.Request, then func(kmsg.Response) kmsg.Response) *later {
+	h.ensureOffsetsTopic()
 	host := ""
 	if tcp, ok := r.Remote.(*net.TCPAddr); ok {
 		host = "/" + tcp.IP.String()
@@ -68,4 +72,15 @@ func (l *later) Wait() error {
 	resp, err := l.wait()
 	l.Response = resp
 	return err
+}
+
+// ensureOffsetsTopic makes __consumer_offsets appear in Metadata once the
+// coordinator serves a group, as in Kafka. A failure only delays it.
+func (h *Handler) ensureOffsetsTopic() {
+	if _, ok := h.b.OffsetsTopic(); ok {
+		return
+	}
+	if _, err := h.b.EnsureOffsetsTopic(); err != nil {
+		h.log.Warn("creating the internal topic", "topic", "__consumer_offsets", "err", err)
+	}
 }

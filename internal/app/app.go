@@ -51,6 +51,14 @@ type Config struct {
 	// QuarantineDamagedSegments sets damaged partition segments aside on
 	// start instead of refusing to start (see broker.Config).
 	QuarantineDamagedSegments bool
+	// TopicDefaults, RetentionCheckInterval, CleanerBackoff,
+	// CleanerBufferBytes and OffsetsTopicPartitions are the broker's (see
+	// broker.Config); zero values take Kafka's defaults.
+	TopicDefaults          map[string]string
+	RetentionCheckInterval time.Duration
+	CleanerBackoff         time.Duration
+	CleanerBufferBytes     int
+	OffsetsTopicPartitions int32
 	// Group configures the classic and consumer group protocols (zero
 	// fields take Kafka's defaults).
 	Group  group.Config
@@ -85,6 +93,9 @@ type App struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	// cleanups is the removal of deleted topics' offsets left from before
+	// the start.
+	cleanups sync.WaitGroup
 
 	// http is nil when HTTPListen is empty.
 	http *admin.Server
@@ -111,6 +122,11 @@ func Start(cfg Config) (*App, error) {
 		Logger:            cfg.Logger,
 
 		QuarantineDamagedSegments: cfg.QuarantineDamagedSegments,
+		TopicDefaults:             cfg.TopicDefaults,
+		RetentionCheckInterval:    cfg.RetentionCheckInterval,
+		CleanerBackoff:            cfg.CleanerBackoff,
+		CleanerBufferBytes:        cfg.CleanerBufferBytes,
+		OffsetsTopicPartitions:    cfg.OffsetsTopicPartitions,
 		TopicsChanged: func() {
 			select {
 			case topicsChanged <- struct{}{}:
@@ -202,6 +218,7 @@ func Start(cfg Config) (*App, error) {
 		}
 	}
 	go func() { a.done <- srv.Serve(ln) }()
+	a.cleanups.Go(func() { finishOffsetCleanups(b, coord, cfg.Logger) })
 	go func() {
 		for {
 			select {
@@ -223,6 +240,25 @@ func Start(cfg Config) (*App, error) {
 		}
 	}()
 	return a, nil
+}
+
+// finishOffsetCleanups removes the committed offsets of topics deleted
+// before a stop that came before their offsets were removed, once the
+// coordinator has loaded.
+func finishOffsetCleanups(b *broker.Broker, coord *coordinator.Coordinator, log *slog.Logger) {
+	pending := b.PendingOffsetCleanups()
+	if len(pending) == 0 {
+		return
+	}
+	if err := coord.DeleteTopicOffsets(context.Background(), pending); err != nil {
+		log.Warn("removing the committed offsets of deleted topics; retried on the next start", "topics", pending, "err", err)
+		return
+	}
+	if err := b.OffsetsCleaned(pending); err != nil {
+		log.Warn("recording the removal of deleted topics' offsets", "topics", pending, "err", err)
+		return
+	}
+	log.Info("removed the committed offsets of topics deleted before the last stop", "topics", pending)
 }
 
 // highWatermark looks up a partition's high watermark in the broker.
@@ -251,6 +287,10 @@ func topicsOf(b *broker.Broker) func() []group.Topic {
 		return out
 	}
 }
+
+// Broker is the broker's data plane, for tests that run its background
+// maintenance (retention, the log cleaner) by hand.
+func (a *App) Broker() *broker.Broker { return a.broker }
 
 // Inspect is the read-only view of the groups and their rebalance
 // histories, for the admin side.
@@ -289,7 +329,9 @@ func (a *App) Close(ctx context.Context) error {
 		err := errors.Join(herr, a.srv.Shutdown(ctx))
 		// The coordinator answers its parked requests before the store
 		// under it closes.
-		a.closeErr = errors.Join(err, a.coord.Close(), a.store.Close(), a.broker.Close())
+		cerr := a.coord.Close()
+		a.cleanups.Wait()
+		a.closeErr = errors.Join(err, cerr, a.store.Close(), a.broker.Close())
 	})
 	return a.closeErr
 }

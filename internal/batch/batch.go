@@ -54,6 +54,8 @@ const (
 	offMagic                = 16
 	offCRC                  = 17
 	offAttributes           = 21
+	offFirstTimestamp       = 27
+	offMaxTimestamp         = 35
 )
 
 // Attribute bits.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/s2"
@@ -110,10 +111,18 @@ func RecordsLimit(b []byte, limit int) ([]Record, error) {
 // if the output would exceed limit bytes. Snappy accepts both raw blocks and
 // the xerial framing used by the Java client.
 func Decompress(c Codec, src []byte, limit int) ([]byte, error) {
+	return DecompressTo(nil, c, src, limit)
+}
+
+// DecompressTo is Decompress into dst's storage (from its length 0), which
+// it grows as needed; callers that decompress many batches reuse one
+// buffer. For CodecNone it returns src itself.
+func DecompressTo(dst []byte, c Codec, src []byte, limit int) ([]byte, error) {
 	var (
 		out []byte
 		err error
 	)
+	dst = dst[:0]
 	switch c {
 	case CodecNone:
 		if len(src) > limit {
@@ -124,14 +133,14 @@ func Decompress(c Codec, src []byte, limit int) ([]byte, error) {
 		var zr *gzip.Reader
 		zr, err = gzip.NewReader(bytes.NewReader(src))
 		if err == nil {
-			out, err = readLimited(zr, limit)
+			out, err = readLimited(dst, zr, limit)
 		}
 	case CodecSnappy:
-		out, err = decodeSnappy(src, limit)
+		out, err = decodeSnappy(dst, src, limit)
 	case CodecLZ4:
-		out, err = readLimited(lz4.NewReader(bytes.NewReader(src)), limit)
+		out, err = readLimited(dst, lz4.NewReader(bytes.NewReader(src)), limit)
 	case CodecZstd:
-		out, err = zstdDecoder.DecodeAll(src, nil)
+		out, err = zstdDecoder.DecodeAll(src, dst)
 		if (err == nil && len(out) > limit) || errors.Is(err, zstd.ErrDecoderSizeExceeded) {
 			err = ErrTooLarge
 		}
@@ -161,8 +170,8 @@ var zstdDecoder = func() *zstd.Decoder {
 	return d
 }()
 
-func readLimited(r io.Reader, limit int) ([]byte, error) {
-	var buf bytes.Buffer
+func readLimited(dst []byte, r io.Reader, limit int) ([]byte, error) {
+	buf := bytes.NewBuffer(dst[:0])
 	n, err := buf.ReadFrom(io.LimitReader(r, int64(limit)+1))
 	if err != nil {
 		return nil, err
@@ -180,14 +189,14 @@ var xerialMagic = []byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0}
 
 const xerialHeaderLen = 16
 
-func decodeSnappy(src []byte, limit int) ([]byte, error) {
+func decodeSnappy(dst, src []byte, limit int) ([]byte, error) {
 	if !bytes.HasPrefix(src, xerialMagic) {
-		return decodeSnappyBlock(nil, src, limit)
+		return decodeSnappyBlock(dst[:0], src, limit)
 	}
 	if len(src) < xerialHeaderLen {
 		return nil, fmt.Errorf("xerial header truncated")
 	}
-	var out []byte
+	out := dst[:0]
 	for pos := xerialHeaderLen; pos < len(src); {
 		if len(src)-pos < 4 {
 			return nil, fmt.Errorf("xerial block length truncated")
@@ -222,7 +231,7 @@ func decodeSnappyBlock(dst, block []byte, limit int) ([]byte, error) {
 		return nil, ErrTooLarge
 	}
 	start := len(dst)
-	dst = append(dst, make([]byte, n)...)
+	dst = slices.Grow(dst, n)[:start+n]
 	if _, err := s2.Decode(dst[start:], block); err != nil {
 		return nil, err
 	}

@@ -43,7 +43,27 @@ type Config struct {
 	// are written (default DefaultCheckpointInterval); they are also
 	// written on segment roll and on Close.
 	CheckpointInterval time.Duration
-	Logger             *slog.Logger
+	// TopicDefaults are the broker's defaults for topic configs, by topic
+	// config name (Kafka's static broker configs, such as
+	// log.retention.ms for retention.ms), as set by flags. Configs not
+	// named keep groupd's defaults (see ConfigDefs); Log.SegmentBytes, if
+	// set, is the default segment.bytes.
+	TopicDefaults map[string]string
+	// RetentionCheckInterval is how often retention runs and idempotent
+	// producers expire (log.retention.check.interval.ms; default 5
+	// minutes).
+	RetentionCheckInterval time.Duration
+	// CleanerBackoff is how long the log cleaner sleeps when no
+	// compacted log is due (log.cleaner.backoff.ms; default 15 s).
+	CleanerBackoff time.Duration
+	// CleanerBufferBytes is the memory of the cleaner's key map
+	// (log.cleaner.dedupe.buffer.size; default 128 MiB), allocated when
+	// a compacted log is first cleaned.
+	CleanerBufferBytes int
+	// OffsetsTopicPartitions is the partition count __consumer_offsets
+	// shows when it is created (offsets.topic.num.partitions; default 50).
+	OffsetsTopicPartitions int32
+	Logger                 *slog.Logger
 	// TopicsChanged, if set, is called after a topic is created or
 	// deleted or gains partitions, possibly with the broker's lock held:
 	// it must not call the broker, only tell someone who will.
@@ -60,14 +80,25 @@ type TopicID [16]byte
 func (id TopicID) String() string { return hex.EncodeToString(id[:]) }
 
 // Topic is one topic. Its partition list only grows (CreatePartitions), and
-// is replaced as a whole so readers need no lock.
+// is replaced as a whole so readers need no lock; so are its configs.
 type Topic struct {
-	Name    string
-	ID      TopicID
-	Configs map[string]string
+	Name string
+	ID   TopicID
 
-	parts atomic.Pointer[[]*partition.Log]
+	configs atomic.Pointer[map[string]string]
+	parts   atomic.Pointer[[]*partition.Log]
 }
+
+// Configs returns the configs set on the topic (its overrides of the
+// broker defaults). The map must not be changed.
+func (t *Topic) Configs() map[string]string {
+	if m := t.configs.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
+
+func (t *Topic) setConfigs(m map[string]string) { t.configs.Store(&m) }
 
 // Partitions returns the topic's partition logs, indexed by partition.
 func (t *Topic) Partitions() []*partition.Log { return *t.parts.Load() }
@@ -99,6 +130,14 @@ type Broker struct {
 	stopOnce        sync.Once
 	stopCheckpoints chan struct{}
 	checkpointsDone chan struct{}
+	maintenance     sync.WaitGroup
+
+	// offsetsTopic is __consumer_offsets once created; pendingCleanups
+	// are deleted topics whose group offsets are still to be removed
+	// (both guarded by mu, and persisted).
+	offsetsTopic    *OffsetsTopic
+	pendingCleanups []string
+	offsetsCreated  atomic.Bool
 }
 
 // producerIDBlock is how many producer ids are reserved per durable write:
@@ -122,6 +161,23 @@ func Open(cfg Config) (*Broker, error) {
 	if cfg.CheckpointInterval <= 0 {
 		cfg.CheckpointInterval = DefaultCheckpointInterval
 	}
+	if cfg.RetentionCheckInterval <= 0 {
+		cfg.RetentionCheckInterval = DefaultRetentionCheckInterval
+	}
+	if cfg.CleanerBackoff <= 0 {
+		cfg.CleanerBackoff = DefaultCleanerBackoff
+	}
+	if cfg.CleanerBufferBytes <= 0 {
+		cfg.CleanerBufferBytes = DefaultCleanerBufferBytes
+	}
+	if cfg.OffsetsTopicPartitions <= 0 {
+		cfg.OffsetsTopicPartitions = DefaultOffsetsTopicPartitions
+	}
+	defaults, err := brokerDefaults(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.TopicDefaults = defaults
 	logsDir := filepath.Join(cfg.DataDir, logsDirName)
 	if err := os.MkdirAll(logsDir, 0o755); err != nil {
 		return nil, err
@@ -150,9 +206,17 @@ func Open(cfg Config) (*Broker, error) {
 	b.clusterID = m.ClusterID
 	b.nextPID, b.pidLimit = m.ProducerIDLimit, m.ProducerIDLimit
 	b.removals = m.PendingRemovals
+	b.pendingCleanups = m.PendingOffsetCleanups
+	if m.OffsetsTopic != nil {
+		id, _ := parseTopicID(m.OffsetsTopic.ID)
+		b.offsetsTopic = &OffsetsTopic{ID: id, Partitions: m.OffsetsTopic.Partitions}
+		b.offsetsCreated.Store(true)
+	}
 	for _, tm := range m.Topics {
 		id, _ := parseTopicID(tm.ID)
-		t := &Topic{Name: tm.Name, ID: id, Configs: tm.Configs}
+		t := &Topic{Name: tm.Name, ID: id}
+		t.setConfigs(tm.Configs)
+		b.warnUnknownConfigs(t)
 		parts := make([]*partition.Log, 0, tm.Partitions)
 		t.parts.Store(&parts)
 		b.topics[t.Name], b.byID[t.ID] = t, t
@@ -180,6 +244,8 @@ func Open(cfg Config) (*Broker, error) {
 	}
 	b.stopCheckpoints, b.checkpointsDone = make(chan struct{}), make(chan struct{})
 	go b.checkpointLoop()
+	b.maintenance.Go(b.retentionLoop)
+	b.maintenance.Go(b.cleanerLoop)
 	return b, nil
 }
 
@@ -282,7 +348,7 @@ func (b *Broker) checkLogsDir(counts map[TopicID]int32) error {
 }
 
 func (b *Broker) descriptorOf(t *Topic, partitions int32) descriptor {
-	return descriptor{Name: t.Name, ID: t.ID.String(), Partitions: partitions, Configs: t.Configs, ClusterID: b.clusterID}
+	return descriptor{Name: t.Name, ID: t.ID.String(), Partitions: partitions, Configs: t.Configs(), ClusterID: b.clusterID}
 }
 
 // ensureDescriptor writes t's descriptor unless it is already up to date.
@@ -310,6 +376,8 @@ func (b *Broker) logOptions(t *Topic, p int32) partition.Options {
 	if o.Logger == nil {
 		o.Logger = b.log
 	}
+	c := b.logConfigOf(t.Configs())
+	o.Config = &c
 	if b.cfg.QuarantineDamagedSegments {
 		o.QuarantineDir = filepath.Join(b.cfg.DataDir, quarantineName, t.ID.String(), strconv.Itoa(int(p)))
 	}
@@ -340,9 +408,12 @@ func (b *Broker) openPartitions(t *Topic, n int32) error {
 // persistLocked writes the metadata file atomically: write a temporary
 // file, sync it, rename it over the old one and sync the directory.
 func (b *Broker) persistLocked() error {
-	m := metaFile{ClusterID: b.clusterID, ProducerIDLimit: b.pidLimit, PendingRemovals: b.removals}
+	m := metaFile{ClusterID: b.clusterID, ProducerIDLimit: b.pidLimit, PendingRemovals: b.removals, PendingOffsetCleanups: b.pendingCleanups}
+	if ot := b.offsetsTopic; ot != nil {
+		m.OffsetsTopic = &offsetsTopicMeta{ID: ot.ID.String(), Partitions: ot.Partitions}
+	}
 	for _, t := range b.sortedTopicsLocked() {
-		m.Topics = append(m.Topics, topicMeta{Name: t.Name, ID: t.ID.String(), Partitions: int32(len(t.Partitions())), Configs: t.Configs})
+		m.Topics = append(m.Topics, topicMeta{Name: t.Name, ID: t.ID.String(), Partitions: int32(len(t.Partitions())), Configs: t.Configs()})
 	}
 	return writeMeta(b.cfg.DataDir, m)
 }
@@ -425,10 +496,16 @@ func (b *Broker) CreateTopic(name string, n int32, configs map[string]string, va
 	if n <= 0 {
 		return nil, kerr.InvalidPartitions
 	}
+	if err := ValidateConfigs(configs); err != nil {
+		return nil, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, ok := b.topics[name]; ok {
+	if _, ok := b.topics[name]; ok || (name == OffsetsTopicName && b.offsetsTopic != nil) {
 		return nil, kerr.TopicAlreadyExists
+	}
+	if name == OffsetsTopicName {
+		return nil, errInternalTopic("created by the group coordinator when it first serves a group")
 	}
 	// Kafka refuses names that differ only by '.' versus '_', because they
 	// collide in metric names.
@@ -441,7 +518,8 @@ func (b *Broker) CreateTopic(name string, n int32, configs map[string]string, va
 	if validateOnly {
 		return nil, nil
 	}
-	t := &Topic{Name: name, Configs: configs}
+	t := &Topic{Name: name}
+	t.setConfigs(configs)
 	rand.Read(t.ID[:])
 	empty := []*partition.Log{}
 	t.parts.Store(&empty)
@@ -513,8 +591,15 @@ func (b *Broker) DeleteTopic(name string) error {
 	}
 	delete(b.topics, name)
 	delete(b.byID, t.ID)
+	// The topic's group offsets are to be removed, in the same write
+	// that records the deletion, so a stop in between cannot forget them.
+	cleanups := b.pendingCleanups
+	if !slices.Contains(cleanups, name) {
+		b.pendingCleanups = append(slices.Clone(cleanups), name)
+	}
 	if err := b.recordRemoval(removal{Topic: name, ID: t.ID.String(), Reason: "delete"}); err != nil {
 		b.topics[name], b.byID[t.ID] = t, t
+		b.pendingCleanups = cleanups
 		b.mu.Unlock()
 		return err
 	}
@@ -641,6 +726,7 @@ func (b *Broker) Close() error {
 	b.stopOnce.Do(func() {
 		close(b.stopCheckpoints)
 		<-b.checkpointsDone
+		b.maintenance.Wait()
 	})
 	b.mu.Lock()
 	defer b.mu.Unlock()

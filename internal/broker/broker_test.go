@@ -59,8 +59,8 @@ func TestTopicsSurviveReopen(t *testing.T) {
 			t.Fatalf("topic %s not found by id", want.name)
 		}
 	}
-	if got, _ := b.Topic("a"); got.Configs["cleanup.policy"] != "delete" {
-		t.Fatalf("configs after reopen: %v", got.Configs)
+	if got, _ := b.Topic("a"); got.Configs()["cleanup.policy"] != "delete" {
+		t.Fatalf("configs after reopen: %v", got.Configs())
 	}
 }
 

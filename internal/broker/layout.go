@@ -58,6 +58,17 @@ type metaFile struct {
 	ProducerIDLimit int64       `json:"producer_id_limit"`
 	Topics          []topicMeta `json:"topics"`
 	PendingRemovals []removal   `json:"pending_removals,omitempty"`
+	// OffsetsTopic is __consumer_offsets, once the coordinator served a
+	// group; it holds no log (the coordinator's records are in its store).
+	OffsetsTopic *offsetsTopicMeta `json:"offsets_topic,omitempty"`
+	// PendingOffsetCleanups are deleted topics whose committed offsets
+	// are still to be removed from the groups.
+	PendingOffsetCleanups []string `json:"pending_offset_cleanups,omitempty"`
+}
+
+type offsetsTopicMeta struct {
+	ID         string `json:"id"`
+	Partitions int32  `json:"partitions"`
 }
 
 // descriptor is logs/<id>/topic.json.
@@ -120,6 +131,11 @@ func (m metaFile) check() error {
 			return fmt.Errorf("topic %q (id %s) listed twice", t.Name, t.ID)
 		}
 		names[t.Name], ids[t.ID] = true, true
+	}
+	if ot := m.OffsetsTopic; ot != nil {
+		if _, ok := parseTopicID(ot.ID); !ok || ot.Partitions < 1 || ids[ot.ID] || names[OffsetsTopicName] {
+			return fmt.Errorf("offsets topic: bad id %q, partition count %d, or a topic of that id or name", ot.ID, ot.Partitions)
+		}
 	}
 	for _, r := range m.PendingRemovals {
 		if _, ok := parseTopicID(r.ID); !ok || r.FromPartition < 0 {

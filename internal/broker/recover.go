@@ -171,6 +171,9 @@ func Recover(opts RecoverOptions) error {
 	}
 
 	m := metaFile{PendingRemovals: removals}
+	if haveOld {
+		m.OffsetsTopic, m.PendingOffsetCleanups = old.OffsetsTopic, old.PendingOffsetCleanups
+	}
 	switch {
 	case opts.ClusterID != "":
 		m.ClusterID = opts.ClusterID

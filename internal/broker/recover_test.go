@@ -51,7 +51,7 @@ func TestRecoverRebuildsMetadata(t *testing.T) {
 	b := open(t, dir)
 	defer b.Close()
 	ta, ok := b.TopicByID(a)
-	if !ok || ta.Name != "a" || ta.Partition(1).HighWatermark() != 6 || ta.Configs["retention.ms"] != "1000" {
+	if !ok || ta.Name != "a" || ta.Partition(1).HighWatermark() != 6 || ta.Configs()["retention.ms"] != "1000" {
 		t.Fatalf("topic a after recover: %+v", ta)
 	}
 	if tb, ok := b.TopicByID(bt); !ok || tb.Partition(0).HighWatermark() != 1 {

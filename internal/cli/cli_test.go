@@ -36,7 +36,7 @@ type backend struct {
 }
 
 var backends = []backend{
-	{name: "groupd", start: startGroupd},
+	{name: "groupd", start: startGroupd, servesConfigs: true},
 	{name: "kfake", start: startKfake, servesConfigs: true},
 }
 

@@ -147,8 +147,7 @@ func describeTopicsCmd(o *options) *cobra.Command {
 		Short: "Show topics' partitions, leaders, replicas and configs (all topics without names)",
 		Long: `Show each topic's id, partitions with their leader, replicas and in-sync
 replicas, and the configs set on the topic itself. Configs need the broker to
-serve DescribeConfigs; when it does not (groupd does not yet), they are left
-out with a note.`,
+serve DescribeConfigs; when it does not, they are left out with a note.`,
 		RunE: o.connected(func(cmd *cobra.Command, args []string, s *clusterConn) error {
 			details, err := s.adm.ListTopics(s.ctx, args...)
 			if err != nil {

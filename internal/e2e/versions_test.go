@@ -74,6 +74,28 @@ func fillMinimal(req kmsg.Request, topicID [16]byte) {
 		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "created", 1, 1
 		r.ValidateOnly = r.Version >= 1
 		r.Topics = append(r.Topics, rt)
+	case *kmsg.DescribeConfigsRequest:
+		rr := kmsg.NewDescribeConfigsRequestResource()
+		rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, "versions"
+		r.IncludeSynonyms, r.IncludeDocumentation = true, true
+		r.Resources = append(r.Resources, rr)
+	case *kmsg.AlterConfigsRequest:
+		rr := kmsg.NewAlterConfigsRequestResource()
+		rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, "versions"
+		rr.Configs = []kmsg.AlterConfigsRequestResourceConfig{{Name: "retention.ms", Value: kmsg.StringPtr("3600000")}}
+		r.ValidateOnly = true
+		r.Resources = append(r.Resources, rr)
+	case *kmsg.IncrementalAlterConfigsRequest:
+		rr := kmsg.NewIncrementalAlterConfigsRequestResource()
+		rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, "versions"
+		rr.Configs = []kmsg.IncrementalAlterConfigsRequestResourceConfig{{Name: "retention.ms", Value: kmsg.StringPtr("3600000")}}
+		r.ValidateOnly = true
+		r.Resources = append(r.Resources, rr)
+	case *kmsg.DeleteRecordsRequest:
+		rt := kmsg.NewDeleteRecordsRequestTopic()
+		rt.Topic = "versions"
+		rt.Partitions = []kmsg.DeleteRecordsRequestTopicPartition{{Partition: 0, Offset: 0}}
+		r.Topics = append(r.Topics, rt)
 	case *kmsg.OffsetForLeaderEpochRequest:
 		rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
 		rt.Topic = "versions"
@@ -93,6 +115,19 @@ func topLevelError(resp kmsg.Response) (int16, bool) {
 		return r.ErrorCode, true
 	case *kmsg.InitProducerIDResponse:
 		return r.ErrorCode, true
+	// The config and record APIs answer per resource; the one asked must
+	// succeed.
+	case *kmsg.DescribeConfigsResponse:
+		if len(r.Resources[0].Configs) == 0 {
+			return -1, true
+		}
+		return r.Resources[0].ErrorCode, true
+	case *kmsg.AlterConfigsResponse:
+		return r.Resources[0].ErrorCode, true
+	case *kmsg.IncrementalAlterConfigsResponse:
+		return r.Resources[0].ErrorCode, true
+	case *kmsg.DeleteRecordsResponse:
+		return r.Topics[0].Partitions[0].ErrorCode, true
 	}
 	return 0, false
 }

@@ -22,12 +22,19 @@ const checkpointName = "recovery-checkpoint"
 // Every record below recoveryPoint was fsynced, so on open everything
 // below it must be there and well formed; only batches from the recovery
 // point on are checked with their CRC and may be cut as a torn write.
-// logStart is the first offset the log holds; gaps are offset ranges
-// whose segments an operator chose to move aside, so their absence is
-// known and not damage.
+// logStart is the first offset the log serves (retention and
+// DeleteRecords move it; segments wholly below it are deleted, and a start
+// after a crash finishes such a deletion); gaps are offset ranges whose
+// segments an operator chose to move aside, so their absence is known and
+// not damage. cleanedTo is where the last clean of the compacting cleaner
+// stopped, so the next one starts there; below gapsBelow batches and
+// segments may leave offsets out, as the cleaner removed them (a clean
+// records it before it rewrites anything, and cleanedTo after).
 type checkpoint struct {
 	logStart      int64
 	recoveryPoint int64
+	cleanedTo     int64
+	gapsBelow     int64
 	gaps          []offsetRange
 }
 
@@ -37,27 +44,34 @@ type offsetRange struct{ from, to int64 }
 var checkpointMagic = [4]byte{'G', 'D', 'R', 'C'}
 
 const (
-	checkpointVersion = 1
+	// Version 2 added the cleaner's offsets; version 1 files are still
+	// read.
+	checkpointVersion = 2
 	// magic, version, log start, recovery point, gap count, ..., crc
-	checkpointFixedLen = 4 + 1 + 8 + 8 + 4 + 4
+	checkpointV1FixedLen = 4 + 1 + 8 + 8 + 4 + 4
+	// and the cleaned-to and gaps-below offsets after the recovery point
+	checkpointFixedLen = checkpointV1FixedLen + 16
 	checkpointGapLen   = 16
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func (c checkpoint) equal(o checkpoint) bool {
-	return c.logStart == o.logStart && c.recoveryPoint == o.recoveryPoint && slices.Equal(c.gaps, o.gaps)
+	return c.logStart == o.logStart && c.recoveryPoint == o.recoveryPoint && c.cleanedTo == o.cleanedTo && c.gapsBelow == o.gapsBelow && slices.Equal(c.gaps, o.gaps)
 }
 
-// encode lays the checkpoint out as: magic "GDRC", version byte, log start
-// and recovery point (big-endian int64), gap count (uint32) and the gaps as
-// pairs of int64, then a CRC-32C of everything before it.
+// encode lays the checkpoint out as: magic "GDRC", version byte, log start,
+// recovery point, cleaned-to and gaps-below offsets (big-endian int64), gap
+// count (uint32) and the gaps as pairs of int64, then a CRC-32C of
+// everything before it. Version 1 had no cleaner offsets.
 func (c checkpoint) encode() []byte {
 	b := make([]byte, 0, checkpointFixedLen+len(c.gaps)*checkpointGapLen)
 	b = append(b, checkpointMagic[:]...)
 	b = append(b, checkpointVersion)
 	b = binary.BigEndian.AppendUint64(b, uint64(c.logStart))
 	b = binary.BigEndian.AppendUint64(b, uint64(c.recoveryPoint))
+	b = binary.BigEndian.AppendUint64(b, uint64(c.cleanedTo))
+	b = binary.BigEndian.AppendUint64(b, uint64(c.gapsBelow))
 	b = binary.BigEndian.AppendUint32(b, uint32(len(c.gaps)))
 	for _, g := range c.gaps {
 		b = binary.BigEndian.AppendUint64(b, uint64(g.from))
@@ -70,13 +84,21 @@ func (c checkpoint) encode() []byte {
 // what encode writes is an error.
 func decodeCheckpoint(b []byte) (checkpoint, error) {
 	var c checkpoint
-	if len(b) < checkpointFixedLen {
-		return c, fmt.Errorf("%d bytes, want at least %d", len(b), checkpointFixedLen)
+	if len(b) < checkpointV1FixedLen {
+		return c, fmt.Errorf("%d bytes, want at least %d", len(b), checkpointV1FixedLen)
 	}
 	if [4]byte(b[:4]) != checkpointMagic {
 		return c, fmt.Errorf("bad magic %q", b[:4])
 	}
-	if b[4] != checkpointVersion {
+	fixed := checkpointFixedLen
+	switch b[4] {
+	case 1:
+		fixed = checkpointV1FixedLen
+	case checkpointVersion:
+		if len(b) < checkpointFixedLen {
+			return c, fmt.Errorf("%d bytes, want at least %d", len(b), checkpointFixedLen)
+		}
+	default:
 		return c, fmt.Errorf("unknown version %d", b[4])
 	}
 	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
@@ -86,13 +108,19 @@ func decodeCheckpoint(b []byte) (checkpoint, error) {
 	be := binary.BigEndian
 	c.logStart = int64(be.Uint64(b[5:]))
 	c.recoveryPoint = int64(be.Uint64(b[13:]))
-	n := be.Uint32(b[21:])
-	rest := body[25:]
+	pos := 21
+	if fixed == checkpointFixedLen {
+		c.cleanedTo = int64(be.Uint64(b[21:]))
+		c.gapsBelow = int64(be.Uint64(b[29:]))
+		pos += 16
+	}
+	n := be.Uint32(b[pos:])
+	rest := body[pos+4:]
 	if uint64(len(rest)) != uint64(n)*checkpointGapLen {
 		return c, fmt.Errorf("%d gaps in %d bytes", n, len(rest))
 	}
-	if c.logStart < 0 || c.recoveryPoint < c.logStart {
-		return c, fmt.Errorf("log start %d, recovery point %d", c.logStart, c.recoveryPoint)
+	if c.logStart < 0 || c.recoveryPoint < c.logStart || c.cleanedTo < 0 || c.gapsBelow < c.cleanedTo {
+		return c, fmt.Errorf("log start %d, recovery point %d, cleaned to %d, gaps below %d", c.logStart, c.recoveryPoint, c.cleanedTo, c.gapsBelow)
 	}
 	prev := c.logStart
 	for i := range int(n) {

@@ -5,27 +5,39 @@
 // after the offset of their first record ("00000000000000000000.log"), each
 // with a sparse index ("….index") of batch offset → file position plus the
 // running maximum timestamp, used by reads and by timestamp lookups.
-// Batches are stored byte for byte as the producer sent them; only the base
-// offset (and the partition leader epoch, set to 0) are patched, both
-// outside the CRC, so fetches can return stored bytes unchanged.
+// Batches are stored as the producer sent them once every record has been
+// validated (as Kafka's LogValidator does); only the base offset and the
+// partition leader epoch (set to 0), both outside the CRC, are patched,
+// and for LogAppendTime topics, or a header whose MaxTimestamp is not its
+// records' largest, the timestamp with its CRC. Fetches return stored
+// bytes unchanged.
 //
 // Appends are serialized; reads run concurrently with them and never see a
 // batch before it is completely written: the high watermark and segment
 // sizes are published only after the bytes are in the file. Reads use
 // pread on the segment files, so memory does not grow with stored data.
 //
+// A topic's Config drives the log's life: the active segment rolls by size
+// and age, EnforceRetention deletes the oldest segments by age and size and
+// moves the log start offset (so does DeleteRecords), and Clean compacts a
+// log whose cleanup policy says so, keeping the last record of each key.
+//
 // Each partition keeps a recovery checkpoint ("recovery-checkpoint"): the
 // offset below which every record is known to be fsynced, the log start
-// offset and any offset ranges an operator chose to set aside. It is
-// rewritten when a segment is rolled, on Checkpoint (called periodically by
+// offset, where the cleaner stopped, and any offset ranges an operator
+// chose to set aside. It is rewritten when a segment is rolled, when the
+// log start moves, after a clean, on Checkpoint (called periodically by
 // the broker) and on Close, so a clean shutdown leaves a recovery point at
-// the log end. On Open every batch header is checked (sane, contiguous) and
-// batches from the recovery point on are CRC-checked too. A torn tail past
-// the recovery point in the last segment is truncated; anything wrong below
-// it, or in an older segment, stops the open with a DamageError naming the
-// file and offset, or, with Options.QuarantineDir, moves the segment aside
-// and records the gap. Idempotent-producer state is rebuilt from batch
-// headers at the same time.
+// the log end. Idempotent-producer state is snapshotted ("<offset>.snapshot")
+// at each roll and on Close, with a summary of the sealed segments; Open
+// reads the newest usable snapshot, trusts the sealed segments it describes
+// when their files are unchanged (size, modification time, index, first
+// and last indexed batch headers), and reads every batch header only of
+// the rest. Batches from the recovery point on are CRC-checked too. A torn
+// tail past the recovery point in the last segment is truncated; anything
+// wrong below it, or in an older segment, stops the open with a DamageError
+// naming the file and offset, or, with Options.QuarantineDir, moves the
+// segment aside and records the gap.
 package partition
 
 import (
@@ -60,6 +72,12 @@ var (
 	// in a way that leaves the file state unknown; the log must be
 	// reopened (which recovers it).
 	ErrFailed = errors.New("partition log failed")
+	// ErrMessageTooLarge: a batch larger than max.message.bytes, Kafka's
+	// MESSAGE_TOO_LARGE.
+	ErrMessageTooLarge = errors.New("message too large")
+	// ErrRecordListTooLarge: a batch larger than a segment, Kafka's
+	// RECORD_LIST_TOO_LARGE.
+	ErrRecordListTooLarge = errors.New("record list too large")
 )
 
 func errorf(sentinel error, format string, args ...any) error {
@@ -78,7 +96,8 @@ type AppendResult struct {
 	// the log (idempotent producer): nothing was written and Kafka
 	// answers success with the original offsets.
 	Duplicate bool
-	// LogAppendTime is -1: timestamps are the producer's (CreateTime).
+	// LogAppendTime is the broker time stamped on the batches of a
+	// LogAppendTime topic, -1 when timestamps are the producer's.
 	LogAppendTime  int64
 	LogStartOffset int64
 }
@@ -118,11 +137,32 @@ type Log struct {
 	syncerWG sync.WaitGroup
 
 	// cpMu serializes checkpoint writes; cp is the checkpoint last read
-	// or written (on disk if cpOnDisk). Its log start and gaps are fixed
-	// after Open.
+	// or written (on disk if cpOnDisk). Its gaps are fixed after Open;
+	// its log start and cleaned-to offset move under maintMu.
 	cpMu     sync.Mutex
 	cp       checkpoint
 	cpOnDisk bool
+
+	cfg atomic.Pointer[Config]
+
+	// maintMu serializes the maintenance that removes or rewrites sealed
+	// segments: retention, DeleteRecords and the cleaner.
+	maintMu sync.Mutex
+	// closing stops a clean in progress when the log closes.
+	closing atomic.Bool
+	// retired holds the files of segments deleted or rewritten while
+	// readers may still hold them; they are closed a while later.
+	retiredMu sync.Mutex
+	retired   []retiredFiles
+	// tombstoneDue is the earliest delete horizon among the tombstones the
+	// cleaner kept, at which the log becomes cleanable again (Unix ms).
+	tombstoneDue atomic.Int64
+	// snapshots are the offsets of the producer-state snapshot files,
+	// ascending (guarded by wmu).
+	snapshots []int64
+	// snapshotAt is the offset of the snapshot Open loaded producer state
+	// from; only batches from it on are replayed.
+	snapshotAt int64
 }
 
 // tickerFor creates the ticker driving SyncInterval fsyncs; tests replace
@@ -152,13 +192,20 @@ func Open(dir string, opts Options) (*Log, error) {
 		done:      make(chan struct{}),
 	}
 	l.maxCache.batchOffset = -1
+	l.cfg.Store(opts.Config)
+	l.tombstoneDue.Store(math.MaxInt64)
 	if err := l.recover(); err != nil {
 		for _, s := range l.segs {
 			s.close()
 		}
 		return nil, err
 	}
-	l.start.Store(l.segs[0].base)
+	l.start.Store(max(l.cp.logStart, l.segs[0].base))
+	if l.cp.cleanedTo > 0 {
+		// When the kept tombstones fall due is not kept across a stop:
+		// the first clean after a start finds out.
+		l.tombstoneDue.Store(0)
+	}
 	last := l.segs[len(l.segs)-1]
 	l.hw.Store(last.stats.next)
 	// Only the recovery point is known durable: what lies past it was
@@ -173,13 +220,24 @@ func Open(dir string, opts Options) (*Log, error) {
 	return l, nil
 }
 
-// replayProducer rebuilds idempotent-producer state from one batch header.
-// Doing this from every header of every segment makes Open cost one pass
-// over all batch headers (a pread per 64 KiB window, bodies skipped when
-// batches are large); a producer-state snapshot written on Close would
-// avoid it and is the natural next step if partitions get big.
+// SetConfig changes the topic settings the log follows from its next
+// append, retention pass or clean on.
+func (l *Log) SetConfig(c Config) {
+	if c.SegmentBytes <= 0 {
+		c.SegmentBytes = DefaultSegmentBytes
+	}
+	l.cfg.Store(&c)
+}
+
+// Config returns the topic settings the log follows.
+func (l *Log) Config() Config { return *l.cfg.Load() }
+
+func (l *Log) nowMs() int64 { return l.opts.Now().UnixMilli() }
+
+// replayProducer rebuilds idempotent-producer state from one batch header
+// at or past the producer snapshot Open started from (snapshotAt).
 func (l *Log) replayProducer(h batch.Header, _ int64) {
-	if h.ProducerID < 0 {
+	if h.ProducerID < 0 || h.BaseOffset < l.snapshotAt {
 		return
 	}
 	e := l.producers[h.ProducerID]
@@ -228,7 +286,7 @@ func (l *Log) openSegment(base int64) (*segment, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &segment{base: base, f: f, stats: newSegStats(base)}, nil
+	return &segment{base: base, f: f, stats: newSegStats(base), created: l.nowMs()}, nil
 }
 
 func (l *Log) createSegment(base int64) (*segment, error) {
@@ -241,7 +299,7 @@ func (l *Log) createSegment(base int64) (*segment, error) {
 		f.Close()
 		return nil, err
 	}
-	return &segment{base: base, f: f, idx: idx, stats: newSegStats(base)}, nil
+	return &segment{base: base, f: f, idx: idx, stats: newSegStats(base), created: l.nowMs()}, nil
 }
 
 func (s *segment) close() error {
@@ -269,8 +327,11 @@ func (l *Log) Checkpoint() error {
 }
 
 // checkpointLocked writes the checkpoint if it changed; caller holds cpMu.
-func (l *Log) checkpointLocked() error {
-	c := l.cp
+func (l *Log) checkpointLocked() error { return l.recordLocked(l.cp) }
+
+// recordLocked makes c, with the current recovery point, the checkpoint
+// on disk unless it already is; caller holds cpMu.
+func (l *Log) recordLocked(c checkpoint) error {
 	c.recoveryPoint = max(l.synced.Load(), c.logStart)
 	if l.cpOnDisk && c.equal(l.cp) {
 		return nil
@@ -370,7 +431,66 @@ func (l *Log) advanceSynced(end int64) {
 	}
 }
 
+// checked is a batch that passed validation, with the timestamp its
+// header must carry once stored.
+type checked struct {
+	h     batch.Header
+	maxTS int64
+	fixTS bool // the stored header's MaxTimestamp (and CRC) must change
+}
+
+// validate applies the topic's rules to batches arriving from a producer:
+// structure, CRC, size, the producer rules and every record (see
+// batch.ValidateRecords). It takes no lock, so a partition's appends
+// serialize only for the write.
+func (l *Log) validate(batches [][]byte, cfg *Config, now int64) ([]checked, error) {
+	if len(batches) == 0 {
+		return nil, fmt.Errorf("%w: no batches", batch.ErrInvalidRecord)
+	}
+	out := make([]checked, len(batches))
+	opts := batch.ValidateOptions{
+		Now: now, LogAppendTime: cfg.LogAppendTime, RequireKeys: cfg.Compact,
+		TimestampBeforeMax: cfg.TimestampBeforeMaxMs, TimestampAfterMax: cfg.TimestampAfterMaxMs,
+	}
+	for i, b := range batches {
+		h, err := batch.Check(b)
+		if err == nil {
+			err = batch.VerifyCRC(b)
+		}
+		if err == nil && h.Size() > cfg.MaxMessageBytes {
+			err = errorf(ErrMessageTooLarge, "the batch is %d bytes, larger than the topic's max.message.bytes %d", h.Size(), cfg.MaxMessageBytes)
+		}
+		if err == nil && h.Size() > cfg.SegmentBytes {
+			err = errorf(ErrRecordListTooLarge, "the batch is %d bytes, larger than the topic's segment.bytes %d", h.Size(), cfg.SegmentBytes)
+		}
+		if err == nil {
+			err = batch.ValidateProduce(h)
+		}
+		var v batch.Validated
+		if err == nil {
+			v, err = batch.ValidateRecords(b, h, opts)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("batch %d: %w", i, err)
+		}
+		c := checked{h: h, maxTS: v.MaxTimestamp}
+		if cfg.LogAppendTime {
+			c.maxTS = now
+		}
+		c.fixTS = c.maxTS != h.MaxTimestamp || cfg.LogAppendTime
+		c.h.MaxTimestamp = c.maxTS
+		out[i] = c
+	}
+	return out, nil
+}
+
 func (l *Log) append(batches [][]byte, syncInline bool) (AppendResult, error) {
+	cfg := l.cfg.Load()
+	now := l.nowMs()
+	checks, err := l.validate(batches, cfg, now)
+	if err != nil {
+		return AppendResult{}, err
+	}
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	if l.isClosed() {
@@ -379,32 +499,21 @@ func (l *Log) append(batches [][]byte, syncInline bool) (AppendResult, error) {
 	if l.failed != nil {
 		return AppendResult{}, fmt.Errorf("%w: %v", ErrFailed, l.failed)
 	}
-	if len(batches) == 0 {
-		return AppendResult{}, fmt.Errorf("%w: no batches", batch.ErrInvalidRecord)
-	}
 	res := AppendResult{LogAppendTime: -1, LogStartOffset: l.start.Load()}
-	headers := make([]batch.Header, len(batches))
+	if cfg.LogAppendTime {
+		res.LogAppendTime = now
+	}
 	var total int64
-	for i, b := range batches {
-		h, err := batch.Check(b)
-		if err == nil {
-			err = batch.VerifyCRC(b)
-		}
-		if err == nil {
-			err = batch.ValidateProduce(h)
-		}
-		if err != nil {
-			return AppendResult{}, fmt.Errorf("batch %d: %w", i, err)
-		}
-		headers[i] = h
-		total += h.Size()
+	for _, c := range checks {
+		total += c.h.Size()
 	}
 
 	// Producer checks run against copies so a rejected call leaves the
 	// state untouched.
 	next := l.hw.Load()
 	var pending map[int64]*producerEntry
-	for i, h := range headers {
+	for i, c := range checks {
+		h := c.h
 		base := next
 		next += int64(h.LastOffsetDelta) + 1
 		if h.ProducerID < 0 {
@@ -434,7 +543,7 @@ func (l *Log) append(batches [][]byte, syncInline bool) (AppendResult, error) {
 	}
 
 	seg := l.active()
-	if seg.stats.size > 0 && seg.stats.size+total > l.opts.SegmentBytes {
+	if seg.stats.size > 0 && (seg.stats.size+total > cfg.SegmentBytes || segmentAged(seg, cfg, checks, now)) {
 		var err error
 		if seg, err = l.roll(); err != nil {
 			return AppendResult{}, err
@@ -453,7 +562,11 @@ func (l *Log) append(batches [][]byte, syncInline bool) (AppendResult, error) {
 		buf = append(buf, b...)
 		batch.SetBaseOffset(buf[start:], off)
 		batch.SetPartitionLeaderEpoch(buf[start:], 0)
-		h := headers[i]
+		c := checks[i]
+		if c.fixTS {
+			batch.SetMaxTimestamp(buf[start:], c.maxTS, cfg.LogAppendTime)
+		}
+		h := c.h
 		h.BaseOffset = off
 		if e, ok := stats.add(h, pos, int64(l.opts.IndexIntervalBytes)); ok {
 			newEntries = append(newEntries, e)
@@ -496,6 +609,7 @@ func (l *Log) append(batches [][]byte, syncInline bool) (AppendResult, error) {
 
 	// Publish: only now can readers see the new bytes.
 	l.mu.Lock()
+	seg.sealed = nil // the active segment of a clean start grows again
 	seg.stats = stats
 	seg.entries = append(seg.entries, newEntries...)
 	l.hw.Store(off)
@@ -510,18 +624,44 @@ func (l *Log) append(batches [][]byte, syncInline bool) (AppendResult, error) {
 	return res, nil
 }
 
+// segmentAged reports whether seg is due to roll by segment.ms before the
+// batches in checks are appended. As in Kafka, the age is measured in
+// record time, from the segment's first batch to the newest of the
+// incoming ones, so a producer's clock does not roll a segment per append;
+// without timestamps it is the segment's age on the broker's clock.
+func segmentAged(seg *segment, cfg *Config, checks []checked, now int64) bool {
+	if cfg.SegmentMs <= 0 {
+		return false
+	}
+	if seg.stats.firstTS >= 0 {
+		newest := int64(batch.NoTimestamp)
+		for _, c := range checks {
+			newest = max(newest, c.maxTS)
+		}
+		if newest >= 0 {
+			return newest-seg.stats.firstTS > cfg.SegmentMs
+		}
+	}
+	return now-seg.created > cfg.SegmentMs
+}
+
 func (l *Log) isClosed() bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.closed
 }
 
-// active returns the last segment; callers hold wmu, which keeps the
-// segment list stable.
-func (l *Log) active() *segment { return l.segs[len(l.segs)-1] }
+// active returns the last segment. Callers hold wmu, which keeps it the
+// last one; maintenance may change the segments before it meanwhile.
+func (l *Log) active() *segment {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.segs[len(l.segs)-1]
+}
 
 // roll seals the active segment (fsync of data and index) and starts a new
-// one at the current log end. Caller holds wmu.
+// one at the current log end, then records the recovery point and a
+// producer-state snapshot at the new segment's base. Caller holds wmu.
 func (l *Log) roll() (*segment, error) {
 	old := l.active()
 	if err := old.f.Sync(); err != nil {
@@ -531,6 +671,9 @@ func (l *Log) roll() (*segment, error) {
 	l.advanceSynced(old.stats.next)
 	if err := old.idx.Sync(); err != nil {
 		l.log.Warn("index fsync failed", "segment", old.base, "err", err)
+	}
+	if err := old.seal(); err != nil {
+		l.log.Warn("reading a sealed segment's modification time", "segment", old.base, "err", err)
 	}
 	s, err := l.createSegment(old.stats.next)
 	if err != nil {
@@ -552,6 +695,11 @@ func (l *Log) roll() (*segment, error) {
 		l.log.Warn("writing the recovery checkpoint", "err", err)
 	}
 	l.cpMu.Unlock()
+	// After the checkpoint, so a snapshot is never ahead of the recovery
+	// point on disk. A failure only makes the next start read more.
+	if err := l.writeSnapshot(s.base); err != nil {
+		l.log.Warn("writing the producer snapshot", "err", err)
+	}
 	return s, nil
 }
 
@@ -661,13 +809,30 @@ func (l *Log) Read(offset int64, maxBytes int32, minOneBatch bool) ([]byte, erro
 	if offset == hw {
 		return []byte{}, nil
 	}
-	v, ok, err := l.segmentFor(offset)
-	if err != nil || !ok {
-		return []byte{}, err
-	}
-	pos, h, ok, err := findBatch(v, offset)
-	if err != nil || !ok {
-		return []byte{}, err
+	var (
+		v   segView
+		pos int64
+		h   batch.Header
+	)
+	for {
+		var (
+			ok  bool
+			err error
+		)
+		v, ok, err = l.segmentFor(offset)
+		if err != nil || !ok {
+			return []byte{}, err
+		}
+		pos, h, ok, err = findBatch(v, offset)
+		if err != nil {
+			return []byte{}, err
+		}
+		if ok {
+			break
+		}
+		// The cleaner removed every batch from offset to the end of
+		// this segment: read on from the next one.
+		offset = v.stats.next
 	}
 	limit := max(int64(maxBytes), 0)
 	n := min(limit, v.stats.size-pos)
@@ -741,7 +906,7 @@ func (l *Log) OffsetForTimestamp(ts int64) (offset, timestamp int64, ok bool, er
 					return -1, -1, false, fmt.Errorf("offset %d: %w", h.BaseOffset, err)
 				}
 				for _, r := range recs {
-					if r.Timestamp >= ts {
+					if r.Timestamp >= ts && r.Offset >= l.start.Load() {
 						return r.Offset, r.Timestamp, true, nil
 					}
 				}
@@ -851,6 +1016,11 @@ func (l *Log) syncLoop(tick <-chan time.Time, stop func()) {
 // index and closes all files. Waiters on Wait are released. Further calls
 // return ErrClosed (Close itself is idempotent).
 func (l *Log) Close() error {
+	// A clean in progress stops at its next batch; retention and
+	// DeleteRecords finish first.
+	l.closing.Store(true)
+	l.maintMu.Lock()
+	defer l.maintMu.Unlock()
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	l.mu.Lock()
@@ -877,15 +1047,22 @@ func (l *Log) Close() error {
 			errs = append(errs, err)
 		}
 		l.cpMu.Unlock()
-	}
-	if err := act.idx.Sync(); err != nil {
-		errs = append(errs, err)
+		// The snapshot describes every segment, so the next Open reads
+		// no batch header.
+		if err := act.idx.Sync(); err != nil {
+			errs = append(errs, err)
+		} else if err := act.seal(); err != nil {
+			errs = append(errs, err)
+		} else if err := l.writeSnapshot(l.hw.Load()); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, s := range l.segs {
 		if err := s.close(); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	l.closeRetired(true)
 	return errors.Join(errs...)
 }
 

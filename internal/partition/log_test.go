@@ -462,7 +462,8 @@ func allRecords(t *testing.T, l *Log) []batch.Record {
 
 func TestTimestamps(t *testing.T) {
 	dir := t.TempDir()
-	opts := Options{SegmentBytes: 1500, IndexIntervalBytes: 200}
+	// The broker's clock, for the one batch of a LogAppendTime spell.
+	opts := Options{SegmentBytes: 1500, IndexIntervalBytes: 200, Now: func() time.Time { return time.UnixMilli(1357) }}
 	l := openT(t, dir, opts)
 	if off, ts := l.MaxTimestamp(); off != -1 || ts != -1 {
 		t.Fatalf("empty log max timestamp %d %d", off, ts)
@@ -481,9 +482,9 @@ func TestTimestamps(t *testing.T) {
 		}
 		s := batchtest.NonIdempotent(int64(1000+i*10-rng.IntN(40)), recs...)
 		s.Codec = codecs[i%len(codecs)]
-		if i == 30 {
-			s.Attributes = batch.AttrLogAppendTime
-		}
+		cfg := l.Config()
+		cfg.LogAppendTime = i == 30
+		l.SetConfig(cfg)
 		mustAppend(t, l, batchtest.Build(s))
 	}
 	check := func(l *Log) {

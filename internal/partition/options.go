@@ -52,12 +52,18 @@ const (
 	DefaultSegmentBytes       = 256 << 20
 	DefaultIndexIntervalBytes = 4096
 	DefaultSyncInterval       = time.Second
+	// DefaultProducerIDExpiration is Kafka's producer.id.expiration.ms.
+	DefaultProducerIDExpiration = 24 * time.Hour
 )
 
 // Options configure a Log. Zero values mean the defaults.
 type Options struct {
-	// SegmentBytes is the size after which the active segment is rolled.
-	// A segment can exceed it by at most one Append call's bytes.
+	// Config is the topic's log settings; nil is DefaultConfig with
+	// SegmentBytes (if set) as its segment size.
+	Config *Config
+	// SegmentBytes is the size after which the active segment is rolled,
+	// when Config is nil. A segment can exceed it by at most one Append
+	// call's bytes.
 	SegmentBytes int64
 	// IndexIntervalBytes is the minimum number of log bytes between two
 	// sparse index entries.
@@ -71,6 +77,16 @@ type Options struct {
 	// and are never given out again. It is an operator's choice: the
 	// records in a moved segment are no longer served.
 	QuarantineDir string
+	// Now is the clock for timestamps, segment age, retention and
+	// producer expiry; nil is time.Now. Tests move it by hand.
+	Now func() time.Time
+	// ProducerIDExpiration is how long an idempotent producer's state is
+	// kept after its last batch (producer.id.expiration.ms).
+	ProducerIDExpiration time.Duration
+	// FullStartCheck makes Open read every batch header of every segment,
+	// as it does without a producer-state snapshot, instead of trusting
+	// the sealed segments the snapshot describes.
+	FullStartCheck bool
 }
 
 func (o Options) withDefaults() Options {
@@ -85,6 +101,22 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.ProducerIDExpiration <= 0 {
+		o.ProducerIDExpiration = DefaultProducerIDExpiration
+	}
+	if o.Config == nil {
+		c := DefaultConfig()
+		c.SegmentBytes = o.SegmentBytes
+		o.Config = &c
+	}
+	if o.Config.SegmentBytes <= 0 {
+		c := *o.Config
+		c.SegmentBytes = o.SegmentBytes
+		o.Config = &c
 	}
 	return o
 }

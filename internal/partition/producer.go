@@ -14,10 +14,12 @@ type producerBatch struct {
 }
 
 // producerEntry is the state of one producer id, like Kafka's
-// ProducerStateEntry: its current epoch and its last batches, oldest first.
+// ProducerStateEntry: its current epoch, its last batches, oldest first,
+// and the timestamp of its last batch, from which it expires.
 type producerEntry struct {
-	epoch   int16
-	batches []producerBatch
+	epoch         int16
+	batches       []producerBatch
+	lastTimestamp int64
 }
 
 func (e *producerEntry) clone() *producerEntry {
@@ -79,6 +81,7 @@ func (e *producerEntry) add(h batch.Header, baseOffset int64) {
 		e.epoch = h.ProducerEpoch
 		e.batches = e.batches[:0]
 	}
+	e.lastTimestamp = h.MaxTimestamp
 	if len(e.batches) == producerBatchesToRetain {
 		copy(e.batches, e.batches[1:])
 		e.batches = e.batches[:producerBatchesToRetain-1]
@@ -89,4 +92,32 @@ func (e *producerEntry) add(h batch.Header, baseOffset int64) {
 		firstOffset: baseOffset,
 		lastOffset:  baseOffset + int64(h.LastOffsetDelta),
 	})
+}
+
+// ExpireProducers forgets the idempotent producers whose last batch is
+// older than the producer id expiration (Kafka's producer.id.expiration.ms,
+// judged by the batch's timestamp as Kafka does) and returns how many it
+// forgot. A forgotten producer's next batch is accepted at any sequence,
+// like one the log has never seen.
+func (l *Log) ExpireProducers() int {
+	now := l.nowMs()
+	limit := l.opts.ProducerIDExpiration.Milliseconds()
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	n := 0
+	for id, e := range l.producers {
+		if now-e.lastTimestamp >= limit {
+			delete(l.producers, id)
+			n++
+		}
+	}
+	return n
+}
+
+// Producers is the number of idempotent producers whose state the log
+// keeps.
+func (l *Log) Producers() int {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	return len(l.producers)
 }

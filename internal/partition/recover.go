@@ -83,6 +83,10 @@ type recovery struct {
 	// moves are the bases of the segments to move to the quarantine.
 	moves   []int64
 	changed bool // cp differs from the file
+	// snap is the producer snapshot Open starts from, if any: its sealed
+	// segments are trusted when their files are unchanged.
+	snap     producerSnapshot
+	haveSnap bool
 }
 
 // recover opens the segment files, checks them against the recovery
@@ -98,6 +102,9 @@ type recovery struct {
 // segment is moved there instead, the missing offsets are recorded as a
 // gap, and no offset that the moved data may have used is given out again.
 func (l *Log) recover() error {
+	if err := removeCleanerLeftovers(l); err != nil {
+		return err
+	}
 	bases, err := segmentBases(l.dir)
 	if err != nil {
 		return err
@@ -129,8 +136,18 @@ func (l *Log) recover() error {
 		// before its first roll: only the last segment may be torn.
 		cp = checkpoint{logStart: bases[0], recoveryPoint: bases[len(bases)-1]}
 	}
+	if bases, err = l.finishDeletions(cp, bases); err != nil {
+		return err
+	}
 	l.cp, l.cpOnDisk = cp, haveCP
 	r := &recovery{l: l, cp: cp, bases: bases, expected: cp.logStart, lost: -1}
+	if haveCP && len(bases) > 0 {
+		r.snap, r.haveSnap = l.loadSnapshot(cp.recoveryPoint)
+	}
+	if r.haveSnap {
+		l.producers = r.snap.producers
+		l.snapshotAt = r.snap.offset
+	}
 	for i := range bases {
 		if err := r.segment(i); err != nil {
 			return err
@@ -140,6 +157,75 @@ func (l *Log) recover() error {
 		return err
 	}
 	l.cp = r.cp
+	return l.dropStaleSnapshots()
+}
+
+// removeCleanerLeftovers removes the files of a clean that a crash cut
+// short: the old segment is still in place.
+func removeCleanerLeftovers(l *Log) error {
+	ents, err := os.ReadDir(l.dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		name := e.Name()
+		seg, ok := strings.CutSuffix(name, cleanedSuffix)
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		if _, isLog := parseSegmentName(seg); !isLog {
+			if _, isIndex := parseSegmentName(strings.TrimSuffix(seg, indexSuffix) + logSuffix); !isIndex || !strings.HasSuffix(seg, indexSuffix) {
+				continue
+			}
+		}
+		l.log.Info("removing the rewrite of a segment that a stop interrupted", "file", name)
+		if err := os.Remove(filepath.Join(l.dir, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finishDeletions deletes the segments wholly below the checkpoint's log
+// start: retention or DeleteRecords recorded the new start before deleting
+// them, and a stop came in between. It returns the remaining bases.
+func (l *Log) finishDeletions(cp checkpoint, bases []int64) ([]int64, error) {
+	n := 0
+	for n+1 < len(bases) && bases[n+1] <= cp.logStart {
+		n++
+	}
+	for _, base := range bases[:n] {
+		l.log.Info("deleting a segment below the recorded log start", "segment", base, "log_start", cp.logStart)
+		for _, suf := range []string{logSuffix, indexSuffix} {
+			if err := os.Remove(segmentName(l.dir, base, suf)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, err
+			}
+		}
+	}
+	if n > 0 {
+		if err := syncDir(l.dir); err != nil {
+			return nil, err
+		}
+	}
+	return bases[n:], nil
+}
+
+// dropStaleSnapshots removes the producer snapshots past the log end,
+// which describe appends the log does not hold.
+func (l *Log) dropStaleSnapshots() error {
+	end := l.segs[len(l.segs)-1].stats.next
+	keep := l.snapshots[:0]
+	for _, off := range l.snapshots {
+		if off <= end {
+			keep = append(keep, off)
+			continue
+		}
+		l.log.Info("removing a producer snapshot past the log end", "offset", off, "log_end", end)
+		if err := os.Remove(snapshotName(l.dir, off)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	l.snapshots = keep
 	return nil
 }
 
@@ -156,8 +242,11 @@ func (r *recovery) segment(i int) error {
 	l, base := r.l, r.bases[i]
 	path := segmentName(l.dir, base, logSuffix)
 	last := i == len(r.bases)-1
+	// The cleaner removes records, and segments it emptied, so below
+	// where it stopped offsets may be missing.
+	cleaned := r.expected < r.cp.gapsBelow
 	switch {
-	case len(l.segs) == 0 && base > r.expected && !r.setAside:
+	case len(l.segs) == 0 && base > r.expected && !r.setAside && !cleaned:
 		if err := r.damage(&DamageError{File: path, Offset: r.expected, Position: -1,
 			Reason: fmt.Sprintf("the log starts at offset %d but its first segment at %d: segments are missing", r.expected, base)}); err != nil {
 			return err
@@ -165,6 +254,7 @@ func (r *recovery) segment(i int) error {
 		r.changed = true
 	case len(l.segs) == 0:
 		// Set-aside segments before it, or an older segment put back.
+	case base > r.expected && cleaned:
 	case base > r.expected && !r.setAside && !r.cp.hasGap(r.expected, base):
 		if err := r.damage(&DamageError{File: path, Offset: r.expected, Position: -1,
 			Reason: fmt.Sprintf("segment does not continue the log: offsets %d to %d are missing before it", r.expected, base-1)}); err != nil {
@@ -197,7 +287,11 @@ func (r *recovery) segment(i int) error {
 		s.close()
 		return err
 	}
-	res, err := scanSegment(s.f, base, fi.Size(), r.cp.recoveryPoint, int64(l.opts.IndexIntervalBytes), l.replayProducer)
+	if r.trust(s, fi) {
+		r.accept(s)
+		return nil
+	}
+	res, err := scanSegment(s.f, base, fi.Size(), r.cp.recoveryPoint, base < r.cp.gapsBelow, int64(l.opts.IndexIntervalBytes), l.replayProducer)
 	if err != nil {
 		s.close()
 		return fmt.Errorf("scan segment %s: %w", path, err)
@@ -233,12 +327,68 @@ func (r *recovery) segment(i int) error {
 			return err
 		}
 	}
+	if !last && base < r.cp.recoveryPoint {
+		if err := s.seal(); err != nil {
+			l.log.Warn("reading a sealed segment's modification time", "segment", base, "err", err)
+		}
+	}
+	r.accept(s)
+	return nil
+}
+
+// accept adds s to the log being opened.
+func (r *recovery) accept(s *segment) {
+	l := r.l
 	if len(l.segs) == 0 {
-		r.cp.logStart = base
+		r.cp.logStart = max(r.cp.logStart, s.base)
 	}
 	l.segs = append(l.segs, s)
-	r.expected, r.setAside = s.stats.next, false
-	return nil
+	r.expected, r.setAside = max(s.stats.next, r.expected), false
+}
+
+// trust takes a sealed segment's stats and index from the producer
+// snapshot instead of reading its batch headers, when the snapshot
+// describes it and its file is as the snapshot saw it: below the recovery
+// point (fsynced), the same size and modification time, an index file
+// that agrees, and readable headers where the index starts and last
+// points. It reports whether it did.
+func (r *recovery) trust(s *segment, fi os.FileInfo) bool {
+	l := r.l
+	sum, ok := r.snap.segments[s.base]
+	if !r.haveSnap || l.opts.FullStartCheck || !ok || sum.stats.next > r.cp.recoveryPoint ||
+		sum.stats.size != fi.Size() || sum.modTime != fi.ModTime().UnixNano() || sum.entries == 0 {
+		return false
+	}
+	raw, err := os.ReadFile(segmentName(l.dir, s.base, indexSuffix))
+	if err != nil || int64(len(raw)) != sum.entries*indexEntrySize {
+		return false
+	}
+	entries := decodeIndex(raw)
+	prev := indexEntry{offset: -1, pos: -1}
+	for i, e := range entries {
+		if e.offset <= prev.offset || e.pos <= prev.pos || e.pos >= sum.stats.size || e.offset < s.base || e.offset >= sum.stats.next ||
+			(i == 0 && e.pos != 0) {
+			return false
+		}
+		prev = e
+	}
+	for _, e := range []indexEntry{entries[0], entries[len(entries)-1]} {
+		var hb [batch.HeaderLen]byte
+		if _, err := s.f.ReadAt(hb[:], e.pos); err != nil {
+			return false
+		}
+		h, err := batch.ParseHeader(hb[:])
+		if err != nil || h.BaseOffset != e.offset || e.pos+h.Size() > sum.stats.size {
+			return false
+		}
+	}
+	idx, err := os.OpenFile(segmentName(l.dir, s.base, indexSuffix), os.O_RDWR, 0o644)
+	if err != nil {
+		return false
+	}
+	s.idx, s.stats, s.entries, s.idxWritten, s.trusted = idx, sum.stats, entries, len(entries), true
+	s.sealed = &sum
+	return true
 }
 
 // quarantine marks the segment at base to be moved aside; end is one past
@@ -270,6 +420,9 @@ func (r *recovery) finish() error {
 	// Indexes are derived data, rewritten only once the open is known to
 	// go ahead.
 	for _, s := range l.segs {
+		if s.trusted {
+			continue
+		}
 		if err := l.reconcileIndex(s); err != nil {
 			return err
 		}
@@ -439,7 +592,7 @@ func SurveyDir(dir string) (Survey, error) {
 		path := segmentName(dir, base, logSuffix)
 		if i == 0 {
 			sv.StartOffset = base
-		} else if base != next && !cp.hasGap(next, base) {
+		} else if base != next && !cp.hasGap(next, base) && !(next < cp.gapsBelow && base > next) {
 			sv.Problems = append(sv.Problems, fmt.Sprintf("%s: starts at offset %d, previous segment ends at %d", path, base, next))
 		}
 		f, err := os.Open(path)
@@ -451,7 +604,7 @@ func SurveyDir(dir string) (Survey, error) {
 			f.Close()
 			return sv, err
 		}
-		res, err := scanSegment(f, base, fi.Size(), math.MaxInt64, DefaultIndexIntervalBytes, func(h batch.Header, _ int64) { note(h) })
+		res, err := scanSegment(f, base, fi.Size(), math.MaxInt64, base < cp.gapsBelow, DefaultIndexIntervalBytes, func(h batch.Header, _ int64) { note(h) })
 		if err == nil && res.bad != "" {
 			sv.Problems = append(sv.Problems, fmt.Sprintf("%s at offset %d (byte %d): %s", path, res.stats.next, res.stats.size, res.bad))
 			res.stats.next = salvageScan(f, res.stats.size, fi.Size(), res.stats.next, math.MaxInt64/2, note)

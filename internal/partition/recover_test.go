@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strings"
@@ -448,17 +449,40 @@ func TestCheckpointEncoding(t *testing.T) {
 	}
 }
 
+// checkpointV1 encodes a version 1 checkpoint, as groupd wrote before the
+// cleaned-to offset.
+func checkpointV1(logStart, recoveryPoint int64) []byte {
+	b := append([]byte("GDRC"), 1)
+	b = binary.BigEndian.AppendUint64(b, uint64(logStart))
+	b = binary.BigEndian.AppendUint64(b, uint64(recoveryPoint))
+	b = binary.BigEndian.AppendUint32(b, 0)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+func TestCheckpointVersion1Read(t *testing.T) {
+	c, err := decodeCheckpoint(checkpointV1(5, 100))
+	if err != nil || c.logStart != 5 || c.recoveryPoint != 100 || c.cleanedTo != 0 {
+		t.Fatalf("decoded %+v, %v", c, err)
+	}
+}
+
 func FuzzCheckpoint(f *testing.F) {
 	f.Add(checkpoint{}.encode())
 	c := checkpoint{logStart: 5, recoveryPoint: 100, gaps: []offsetRange{{10, 20}, {30, 40}}}
 	f.Add(c.encode())
 	f.Add([]byte("GDRC\x01"))
+	f.Add(checkpointV1(5, 100))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := decodeCheckpoint(data)
 		if err != nil {
 			return
 		}
-		if !bytes.Equal(c.encode(), data) {
+		if data[4] == 1 {
+			// Version 1 files are read, and rewritten as version 2.
+			if back, err := decodeCheckpoint(c.encode()); err != nil || !back.equal(c) {
+				t.Fatalf("version 1 checkpoint %+v does not survive a rewrite: %+v, %v", c, back, err)
+			}
+		} else if !bytes.Equal(c.encode(), data) {
 			t.Fatalf("decoded %+v does not encode back to the input", c)
 		}
 		if c.recoveryPoint < c.logStart || c.logStart < 0 {

@@ -60,6 +60,21 @@ func appendIndexEntry(dst []byte, e indexEntry) []byte {
 	return binary.BigEndian.AppendUint64(dst, uint64(e.maxTSBefore))
 }
 
+// decodeIndex parses an index file's entries (len(raw) must be a multiple
+// of indexEntrySize).
+func decodeIndex(raw []byte) []indexEntry {
+	out := make([]indexEntry, len(raw)/indexEntrySize)
+	for i := range out {
+		b := raw[i*indexEntrySize:]
+		out[i] = indexEntry{
+			offset:      int64(binary.BigEndian.Uint64(b)),
+			pos:         int64(binary.BigEndian.Uint64(b[8:])),
+			maxTSBefore: int64(binary.BigEndian.Uint64(b[16:])),
+		}
+	}
+	return out
+}
+
 func encodeIndex(entries []indexEntry) []byte {
 	out := make([]byte, 0, len(entries)*indexEntrySize)
 	for _, e := range entries {
@@ -78,10 +93,13 @@ type segStats struct {
 	maxTS        int64
 	maxTSOffset  int64
 	lastEntryPos int64
+	// firstTS is the first batch's MaxTimestamp, from which segment.ms
+	// counts (-1 if none).
+	firstTS int64
 }
 
 func newSegStats(base int64) segStats {
-	return segStats{next: base, maxTS: math.MinInt64, maxTSOffset: -1}
+	return segStats{next: base, maxTS: math.MinInt64, maxTSOffset: -1, firstTS: -1}
 }
 
 // add accounts for batch h written at pos, returning the index entry to add
@@ -90,6 +108,9 @@ func newSegStats(base int64) segStats {
 func (st *segStats) add(h batch.Header, pos int64, interval int64) (indexEntry, bool) {
 	var e indexEntry
 	due := pos == 0 || pos-st.lastEntryPos >= interval
+	if pos == 0 {
+		st.firstTS = h.MaxTimestamp
+	}
 	if due {
 		e = indexEntry{offset: h.BaseOffset, pos: pos, maxTSBefore: st.maxTS}
 		st.lastEntryPos = pos
@@ -115,6 +136,28 @@ type segment struct {
 
 	// Writer-only (Log.wmu): entries already written to idx.
 	idxWritten int
+
+	// created is when the segment was created or opened (Unix ms), for
+	// segment.ms when its first batch has no timestamp.
+	created int64
+	// trusted is set when Open took the segment's stats and index from a
+	// producer snapshot rather than reading it.
+	trusted bool
+	// sealed describes the segment once it is no longer appended to (its
+	// file's modification time with its stats), for producer snapshots;
+	// nil while active.
+	sealed *segSummary
+}
+
+// seal records the summary of a segment that will not be appended to
+// again; its data must be fsynced.
+func (s *segment) seal() error {
+	fi, err := s.f.Stat()
+	if err != nil {
+		return err
+	}
+	s.sealed = &segSummary{base: s.base, stats: s.stats, entries: int64(len(s.entries)), modTime: fi.ModTime().UnixNano()}
+	return nil
 }
 
 // lookup returns the file position of the last index entry at or before
@@ -188,11 +231,12 @@ type scanResult struct {
 // header, fit in the file and continue the offsets of the one before it;
 // batches holding offsets at or above crcFrom (the part of the log past its
 // recovery point, whose tail may be torn) are also read whole and
-// CRC-checked. fn
+// CRC-checked. With gaps (a segment the cleaner rewrote) a batch may start
+// past where the one before it ended. fn
 // sees each valid batch header. An I/O error is returned as err; invalid
 // content stops the scan with res.bad set, at byte res.stats.size where
 // offset res.stats.next was expected.
-func scanSegment(r io.ReaderAt, base, fileSize, crcFrom int64, interval int64, fn func(batch.Header, int64)) (res scanResult, err error) {
+func scanSegment(r io.ReaderAt, base, fileSize, crcFrom int64, gaps bool, interval int64, fn func(batch.Header, int64)) (res scanResult, err error) {
 	res.stats = newSegStats(base)
 	sc := newScanner(r, fileSize)
 	for pos := int64(0); pos < fileSize; {
@@ -213,7 +257,7 @@ func scanSegment(r io.ReaderAt, base, fileSize, crcFrom int64, interval int64, f
 			res.bad = fmt.Sprintf("partial batch at position %d (%d of %d bytes)", pos, fileSize-pos, h.Size())
 			return res, nil
 		}
-		if h.BaseOffset != res.stats.next || h.LastOffset() < h.BaseOffset {
+		if (h.BaseOffset != res.stats.next && !(gaps && h.BaseOffset > res.stats.next)) || h.LastOffset() < h.BaseOffset {
 			res.bad = fmt.Sprintf("batch at position %d has base offset %d, expected %d", pos, h.BaseOffset, res.stats.next)
 			return res, nil
 		}

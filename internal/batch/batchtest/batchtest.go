@@ -4,14 +4,9 @@
 package batchtest
 
 import (
-	"bytes"
 	"encoding/binary"
 
-	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/snappy/xerial"
-	"github.com/klauspost/compress/zstd"
-	"github.com/pierrec/lz4/v4"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/groupd/groupd/internal/batch"
@@ -58,9 +53,20 @@ func Values(vals ...string) []Record {
 // producers send it.
 func Build(s Spec) []byte {
 	var raw []byte
-	maxTS := s.FirstTimestamp
 	for i, r := range s.Records {
-		raw = appendRecord(raw, int32(i), r)
+		raw = batch.AppendRecord(raw, batch.Record{Key: r.Key, Value: r.Value, Headers: r.Headers}, int32(i), r.TimestampDelta)
+	}
+	n := int32(len(s.Records))
+	return Wrap(s, raw, n, n-1)
+}
+
+// Wrap encodes a batch around already encoded (uncompressed) records,
+// compressing them with s.Codec, with the record count and last offset
+// delta given, so tests can build batches whose header and records
+// disagree. s.Records only provide the maximum timestamp.
+func Wrap(s Spec, raw []byte, numRecords, lastOffsetDelta int32) []byte {
+	maxTS := s.FirstTimestamp
+	for _, r := range s.Records {
 		if ts := s.FirstTimestamp + r.TimestampDelta; ts > maxTS {
 			maxTS = ts
 		}
@@ -72,13 +78,13 @@ func Build(s Spec) []byte {
 		PartitionLeaderEpoch: -1,
 		Magic:                batch.MagicV2,
 		Attributes:           s.Attributes | int16(s.Codec),
-		LastOffsetDelta:      int32(len(s.Records) - 1),
+		LastOffsetDelta:      lastOffsetDelta,
 		FirstTimestamp:       s.FirstTimestamp,
 		MaxTimestamp:         maxTS,
 		ProducerID:           s.ProducerID,
 		ProducerEpoch:        s.ProducerEpoch,
 		FirstSequence:        s.BaseSequence,
-		NumRecords:           int32(len(s.Records)),
+		NumRecords:           numRecords,
 		Records:              body,
 	}
 	b := rb.AppendTo(nil)
@@ -93,52 +99,12 @@ func Fix(b []byte) {
 
 // Compress compresses raw records with codec c.
 func Compress(c batch.Codec, xerialFraming bool, raw []byte) []byte {
-	switch c {
-	case batch.CodecGzip:
-		var buf bytes.Buffer
-		w := gzip.NewWriter(&buf)
-		w.Write(raw)
-		w.Close()
-		return buf.Bytes()
-	case batch.CodecSnappy:
-		if xerialFraming {
-			return xerial.Encode(nil, raw)
-		}
-		return s2.EncodeSnappy(nil, raw)
-	case batch.CodecLZ4:
-		var buf bytes.Buffer
-		w := lz4.NewWriter(&buf)
-		w.Write(raw)
-		w.Close()
-		return buf.Bytes()
-	case batch.CodecZstd:
-		w, _ := zstd.NewWriter(nil)
-		defer w.Close()
-		return w.EncodeAll(raw, nil)
+	if c == batch.CodecSnappy && xerialFraming {
+		return xerial.Encode(nil, raw)
 	}
-	return raw
-}
-
-func appendRecord(dst []byte, offsetDelta int32, r Record) []byte {
-	var body []byte
-	body = append(body, 0) // attributes
-	body = binary.AppendVarint(body, r.TimestampDelta)
-	body = binary.AppendVarint(body, int64(offsetDelta))
-	body = appendNullable(body, r.Key)
-	body = appendNullable(body, r.Value)
-	body = binary.AppendVarint(body, int64(len(r.Headers)))
-	for _, h := range r.Headers {
-		body = appendNullable(body, []byte(h.Key))
-		body = appendNullable(body, h.Value)
+	out, err := batch.Compress(c, raw)
+	if err != nil {
+		panic(err)
 	}
-	dst = binary.AppendVarint(dst, int64(len(body)))
-	return append(dst, body...)
-}
-
-func appendNullable(dst, b []byte) []byte {
-	if b == nil {
-		return binary.AppendVarint(dst, -1)
-	}
-	dst = binary.AppendVarint(dst, int64(len(b)))
-	return append(dst, b...)
+	return out
 }
