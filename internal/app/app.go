@@ -284,6 +284,12 @@ func topicsOf(b *broker.Broker) func() []group.Topic {
 		for i, t := range ts {
 			out[i] = group.Topic{Name: t.Name, ID: consumer.TopicID(t.ID), Partitions: int32(len(t.Partitions()))}
 		}
+		// Kafka's regular expressions match internal topics too, so a
+		// consumer group may be assigned __consumer_offsets (its
+		// partitions read as empty here).
+		if ot, ok := b.OffsetsTopic(); ok {
+			out = append(out, group.Topic{Name: broker.OffsetsTopicName, ID: consumer.TopicID(ot.ID), Partitions: ot.Partitions})
+		}
 		return out
 	}
 }

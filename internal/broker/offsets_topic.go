@@ -78,6 +78,7 @@ func (b *Broker) EnsureOffsetsTopic() (OffsetsTopic, error) {
 	}
 	b.offsetsCreated.Store(true)
 	b.log.Info("created the internal topic", "topic", OffsetsTopicName, "partitions", ot.Partitions, "id", ot.ID.String())
+	b.notifyTopicsChanged()
 	return *ot, nil
 }
 

@@ -235,3 +235,42 @@ func testStaticRestart848(t *testing.T, confluent bool) {
 		tr.left(m.name)
 	}
 }
+
+// TestConsumerProtocolRegexMatchesOffsetsTopic subscribes a consumer group
+// by regular expressions, one naming __consumer_offsets: as in Kafka, the
+// broker's resolution includes the internal topic, so the member is
+// assigned all its partitions (which read as empty here).
+func TestConsumerProtocolRegexMatchesOffsetsTopic(t *testing.T) {
+	a := startServer(t, t.TempDir(), fastGroups, fastConsumerGroups)
+	addr := a.Addr()
+	const group = "regex848-group"
+	adm := kadm.NewClient(newClient(t, addr))
+	createTopic(t, addr, "regex848", 1)
+	// The first coordinator lookup creates __consumer_offsets.
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	for _, r := range adm.FindGroupCoordinators(ctx, group) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	cl := newClient(t, addr, kgo.ConsumerGroup(group), kgo.ServerSideBalancer(), kgo.ConsumeRegex(),
+		kgo.ConsumeTopics(`regex848`, `__consumer_offsets`), kgo.FetchMaxWait(100*time.Millisecond))
+	go func() {
+		for ctx.Err() == nil {
+			cl.PollFetches(ctx)
+		}
+	}()
+	waitFor(t, 20*time.Second, "__consumer_offsets assigned", func() (bool, string) {
+		state, n, err := describeConsumerGroup(ctx, adm, group)
+		if err != nil {
+			return false, err.Error()
+		}
+		v := describeConsumer(t, adm, group, "__consumer_offsets")
+		n = 0
+		for _, ps := range v.parts {
+			n += len(ps)
+		}
+		return state == "Stable" && n == 50, fmt.Sprintf("group %s with %d partitions of __consumer_offsets assigned", state, n)
+	})
+}
