@@ -5,11 +5,17 @@
 // Requests on one connection may be pipelined. As in Kafka, they are
 // handled one at a time in the order they arrived (an idempotent producer's
 // pipelined batches must be appended in order), while earlier replies are
-// written concurrently. Each connection has two goroutines: one reads and
-// handles requests, one writes replies. Handling on the reading goroutine
-// saves a hand-off per request; it stops reading ahead only while a request
-// blocks (a long-polling fetch), when the next request could not be handled
-// anyway.
+// written concurrently. A connection's goroutine reads and handles its
+// requests, which saves a hand-off per request; it stops reading ahead only
+// while a request blocks (a long-polling fetch), when the next request
+// could not be handled anyway. It also writes a reply itself when nothing
+// waits to be written ahead of it, waiting for it first if the wait is
+// brief and the client has sent nothing further: a member with one request
+// in flight costs no other goroutine. Replies that wait while the
+// connection reads on go to a writer goroutine that lives only while they
+// do. Between requests a connection holds a 512-byte read buffer and
+// nothing else: larger read buffers and reply buffers come from pools
+// while there is traffic.
 //
 // The edge defends itself: connections over MaxConnections are closed as
 // soon as they are accepted; failing accepts (out of file descriptors) are
@@ -67,7 +73,9 @@ type Waiter interface {
 // flush earlier replies before such a wait: they go out with this reply a
 // moment later, in one write, which is what lets a connection's pipelined
 // commits share syscalls. Before any other wait (a JoinGroup parked until
-// the group's other members join) earlier replies are flushed first.
+// the group's other members join) earlier replies are flushed first. With
+// no reply ahead of it and no further request received, the reading
+// goroutine waits for a brief reply itself.
 type Brief interface {
 	Brief() bool
 }
