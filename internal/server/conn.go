@@ -46,8 +46,9 @@ type reply struct {
 // while the connection reads on (a JoinGroup parked until its group
 // rebalances, a produce until it is durable, any reply behind those, a
 // brief reply while further requests are already here) goes to a writer
-// goroutine, started for it and ended when no reply is left. Between
-// requests a connection holds no write buffer and a small read buffer.
+// goroutine, started for it and ended when no reply has come for
+// writerLinger. Between requests a connection holds no write buffer and a
+// small read buffer.
 type conn struct {
 	srv *Server
 	nc  net.Conn
@@ -70,12 +71,19 @@ type conn struct {
 	room         chan struct{}
 
 	mu sync.Mutex
-	// queue holds the replies handed to the writer goroutine, in order.
+	// queue[head:] holds the replies handed to the writer goroutine, in
+	// order. Its array is reused while the writer lives.
 	queue []reply
+	head  int
 	// writing is set while a writer goroutine runs; the reading
-	// goroutine starts one and waits for it (writer) before closing.
-	writing bool
-	writer  sync.WaitGroup
+	// goroutine starts one and waits for it (writer) before closing,
+	// having set readerDone. wake ends the wait of a writer lingering
+	// with nothing queued (writerWaits).
+	writing     bool
+	writerWaits bool
+	readerDone  bool
+	writer      sync.WaitGroup
+	wake        chan struct{}
 
 	// The output, owned by the reading goroutine while no writer runs and
 	// by the writer while one does: replies encoded and not yet written,
@@ -137,6 +145,10 @@ func (c *conn) serve() {
 	c.readLoop()
 	// A writer still running drains its queue: the replies to the
 	// requests read so far are written (or dropped after a failure).
+	c.mu.Lock()
+	c.readerDone = true
+	c.wakeWriter()
+	c.mu.Unlock()
 	c.writer.Wait()
 	c.fr.release()
 	c.nc.Close()
@@ -285,7 +297,7 @@ func (c *conn) waitForReplyRoom() bool {
 func (c *conn) queued() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.queue)
+	return len(c.queue) - c.head
 }
 
 // wakeReader tells a reader waiting for reply room to look again.
@@ -360,6 +372,9 @@ func (c *conn) respond(r reply) {
 			return
 		}
 		c.writing = true
+		if c.wake == nil {
+			c.wake = make(chan struct{}, 1)
+		}
 		c.writer.Add(1)
 		go c.writeLoop()
 	}
@@ -367,7 +382,19 @@ func (c *conn) respond(r reply) {
 		c.pendingBytes.Add(r.weight)
 	}
 	c.queue = append(c.queue, r)
+	c.wakeWriter()
 	c.mu.Unlock()
+}
+
+// wakeWriter ends the wait of a lingering writer; c.mu is held.
+func (c *conn) wakeWriter() {
+	if c.writerWaits {
+		c.writerWaits = false
+		select {
+		case c.wake <- struct{}{}:
+		default: // a wake the writer has not taken yet will do
+		}
+	}
 }
 
 func isBrief(w Waiter) bool {
@@ -418,24 +445,53 @@ func (c *conn) observe(hdr Header, start time.Time, err error) {
 	}
 }
 
-// writeLoop writes the queued replies in order and ends when none is
-// left, after writing what it encoded.
+// writerLinger is how long a writer waits for another reply before it
+// ends. A client that pipelines sends its next requests within a round
+// trip, and keeps its writer; one that pauses longer does not hold it.
+const writerLinger = 10 * time.Millisecond
+
+// writeLoop writes the queued replies in order and ends when none has
+// come for writerLinger, or the read loop has ended, after writing what
+// it encoded.
 func (c *conn) writeLoop() {
 	defer c.writer.Done()
+	// The timer runs once per writerLinger, not once per wait: a writer
+	// that wrote something in the last period waits another.
+	linger := time.NewTimer(writerLinger)
+	defer linger.Stop()
+	wrote, expired := false, false
 	for {
 		c.mu.Lock()
-		if len(c.queue) == 0 {
-			c.queue = nil // an idle connection holds no queue
-			c.writing = false
+		if c.head == len(c.queue) {
+			c.queue, c.head = c.queue[:0], 0
+			if expired || c.readerDone {
+				c.queue = nil // an idle connection holds no queue
+				c.writing = false
+				c.mu.Unlock()
+				return
+			}
+			c.writerWaits = true
 			c.mu.Unlock()
-			return
+			select {
+			case <-c.wake:
+			case <-linger.C:
+				if wrote {
+					wrote = false
+					linger.Reset(writerLinger)
+				} else {
+					expired = true
+				}
+			}
+			continue
 		}
-		r := c.queue[0]
-		c.queue[0] = reply{}
-		c.queue = c.queue[1:]
+		c.writerWaits = false
+		r := c.queue[c.head]
+		c.queue[c.head] = reply{}
+		c.head++
 		c.mu.Unlock()
 		c.wakeReader()
 		c.writeReply(&r, false)
+		wrote = true
 	}
 }
 
