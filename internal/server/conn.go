@@ -23,11 +23,12 @@ import (
 // and never reads the replies holds at most one of them.
 const maxPendingReplyBytes = 1 << 20
 
-// Reasons a connection is closed while reading.
+// Reasons a connection stops reading.
 var (
 	errIdle         = errors.New("connection idle")
 	errFrameTimeout = errors.New("request frame not received in time")
 	errStopped      = errors.New("connection stopped")
+	errParked       = errors.New("connection parked")
 )
 
 type reply struct {
@@ -40,7 +41,7 @@ type reply struct {
 	weight int64
 }
 
-// A connection has one goroutine while it is open, which reads and
+// A connection has one goroutine while it has traffic, which reads and
 // handles its requests and writes their replies itself while nothing
 // waits to be written ahead of them. A reply that must wait for something
 // while the connection reads on (a JoinGroup parked until its group
@@ -48,14 +49,16 @@ type reply struct {
 // brief reply while further requests are already here) goes to a writer
 // goroutine, started for it and ended when no reply has come for
 // writerLinger. Between requests a connection holds no write buffer and a
-// small read buffer.
+// small read buffer; with nothing in flight for a while it parks
+// (park.go) and holds neither a goroutine nor a buffer.
 type conn struct {
 	srv *Server
 	nc  net.Conn
 	fr  frameReader
 
-	stopOnce sync.Once
-	stop     chan struct{}
+	// stopping is set by stopReading; a reader waiting for reply room
+	// is woken to see it.
+	stopping atomic.Bool
 
 	// inFlight counts the requests read whose reply has not yet been
 	// written or dropped; idleSince is the clock reading (Unix
@@ -65,12 +68,14 @@ type conn struct {
 	inFlight  atomic.Int32
 	idleSince atomic.Int64
 	// pendingBytes is the weight of the replies handed to the writer and
-	// not yet written; room wakes a reader waiting for it to fall, or
-	// for the writer's queue to shorten.
+	// not yet written.
 	pendingBytes atomic.Int64
-	room         chan struct{}
 
 	mu sync.Mutex
+	// room wakes a reader waiting for pendingBytes to fall or the
+	// writer's queue to shorten. It and wake are made with the first
+	// writer: a connection that never needs one never has them.
+	room chan struct{}
 	// queue[head:] holds the replies handed to the writer goroutine, in
 	// order. Its array is reused while the writer lives.
 	queue []reply
@@ -92,16 +97,14 @@ type conn struct {
 	out           replyBuffer
 	failed        bool
 	writeDeadline time.Time
+
+	park parkState
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
-	c := &conn{
-		srv:  s,
-		nc:   nc,
-		stop: make(chan struct{}),
-		room: make(chan struct{}, 1),
-	}
+	c := &conn{srv: s, nc: nc}
 	c.fr.init(nc)
+	c.idleSince.Store(s.now().UnixNano())
 	return c
 }
 
@@ -114,35 +117,30 @@ func (c *conn) logger() *slog.Logger {
 // stopReading makes the read loop finish at its next frame boundary
 // without cutting off replies that are still to be written.
 func (c *conn) stopReading() {
-	c.stopOnce.Do(func() {
-		close(c.stop)
-		// Unblock a read waiting for the next request; a frame half read
-		// is abandoned, which is the same as the client never sending it.
-		c.nc.SetReadDeadline(c.srv.now())
-	})
-}
-
-func (c *conn) stopped() bool {
-	select {
-	case <-c.stop:
-		return true
-	default:
-		return false
+	if c.stopping.Swap(true) {
+		return
 	}
+	// Unblock a read waiting for the next request; a frame half read is
+	// abandoned, which is the same as the client never sending it.
+	c.nc.SetReadDeadline(c.srv.now())
+	c.mu.Lock()
+	room := c.room
+	c.mu.Unlock()
+	if room != nil {
+		wake(room)
+	}
+	c.unpark()
 }
 
+func (c *conn) stopped() bool { return c.stopping.Load() }
+
+// serve runs the connection until it parks or closes. It runs on a
+// goroutine of its own, started when the connection is accepted and again
+// each time it is resumed after parking.
 func (c *conn) serve() {
-	defer c.srv.wg.Done()
-	defer func() {
-		c.srv.mu.Lock()
-		delete(c.srv.conns, c)
-		c.srv.mu.Unlock()
-		if c.srv.obs != nil {
-			c.srv.obs.ConnectionClosed()
-		}
-	}()
-	c.idleSince.Store(c.srv.now().UnixNano())
-	c.readLoop()
+	if c.readLoop() == errParked {
+		return // the goroutine that resumes the connection takes over
+	}
 	// A writer still running drains its queue: the replies to the
 	// requests read so far are written (or dropped after a failure).
 	c.mu.Lock()
@@ -150,26 +148,39 @@ func (c *conn) serve() {
 	c.wakeWriter()
 	c.mu.Unlock()
 	c.writer.Wait()
+	c.forget()
 	c.fr.release()
 	c.nc.Close()
+	c.srv.mu.Lock()
+	delete(c.srv.conns, c)
+	c.srv.mu.Unlock()
+	if c.srv.obs != nil {
+		c.srv.obs.ConnectionClosed()
+	}
+	c.srv.wg.Done()
 }
 
-func (c *conn) readLoop() {
+// readLoop reads and serves requests until the connection must close,
+// or parks (errParked).
+func (c *conn) readLoop() error {
 	for {
 		frame, err := c.nextFrame()
+		if err == errParked {
+			return err
+		}
 		if err != nil {
 			c.logReadError(err)
-			return
+			return err
 		}
 		var start time.Time
 		if c.srv.obs != nil {
 			start = time.Now()
 		}
 		if !c.waitForReplyRoom() {
-			return
+			return errStopped
 		}
 		if !c.serveRequest(frame, start) {
-			return
+			return errStopped
 		}
 	}
 }
@@ -225,14 +236,25 @@ func (c *conn) nextFrame() ([]byte, error) {
 // awaitFrame waits for the first byte of a frame. The read deadline is the
 // end of the idle timeout; when it passes, the connection is closed only
 // if it has had nothing in flight all that time, and the deadline moves
-// on otherwise.
+// on otherwise. A connection that can park waits parkAfter at most, then
+// parks if it has nothing in flight (errParked).
 func (c *conn) awaitFrame() error {
+	if c.park.expired.Load() {
+		return errIdle
+	}
 	idle := c.srv.cfg.IdleTimeout
 	from := c.srv.now()
+	var parkAt time.Time
+	if c.parkable() {
+		parkAt = from.Add(c.srv.parkAfter)
+	}
 	for {
 		var dl time.Time
 		if idle > 0 {
 			dl = from.Add(idle)
+		}
+		if !parkAt.IsZero() && (dl.IsZero() || parkAt.Before(dl)) {
+			dl = parkAt
 		}
 		if err := c.setReadDeadline(dl); err != nil {
 			return err
@@ -246,6 +268,13 @@ func (c *conn) awaitFrame() error {
 		}
 		if c.stopped() {
 			return errStopped
+		}
+		if !parkAt.IsZero() && !c.srv.now().Before(parkAt) {
+			parkAt = time.Time{}
+			if c.parkNow() {
+				return errParked
+			}
+			continue
 		}
 		if c.inFlight.Load() > 0 {
 			from = c.srv.now()
@@ -279,19 +308,19 @@ func isTimeout(err error) bool {
 
 // waitForReplyRoom blocks while the replies waiting for the writer hold
 // more than maxPendingReplyBytes, or number MaxInFlight. It reports false
-// if the connection stops first.
+// if the connection stops first. Either can only happen with a writer,
+// which makes room first.
 func (c *conn) waitForReplyRoom() bool {
 	for c.pendingBytes.Load() > maxPendingReplyBytes || c.queued() >= c.srv.cfg.MaxInFlight {
 		if testHookReplyRoomWait != nil {
 			testHookReplyRoomWait()
 		}
-		select {
-		case <-c.room:
-		case <-c.stop:
+		if c.stopped() {
 			return false
 		}
+		<-c.room // a writer exists, so room was made before it started
 	}
-	return true
+	return !c.stopped()
 }
 
 func (c *conn) queued() int {
@@ -300,10 +329,15 @@ func (c *conn) queued() int {
 	return len(c.queue) - c.head
 }
 
-// wakeReader tells a reader waiting for reply room to look again.
-func (c *conn) wakeReader() {
+// wakeReader tells a reader waiting for reply room to look again; only a
+// writer calls it.
+func (c *conn) wakeReader() { wake(c.room) }
+
+// wake leaves a token in ch, a channel of capacity 1, unless one is there:
+// its receiver looks again at what it waits for.
+func wake(ch chan struct{}) {
 	select {
-	case c.room <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -373,6 +407,7 @@ func (c *conn) respond(r reply) {
 		}
 		c.writing = true
 		if c.wake == nil {
+			c.room = make(chan struct{}, 1)
 			c.wake = make(chan struct{}, 1)
 		}
 		c.writer.Add(1)
@@ -390,10 +425,7 @@ func (c *conn) respond(r reply) {
 func (c *conn) wakeWriter() {
 	if c.writerWaits {
 		c.writerWaits = false
-		select {
-		case c.wake <- struct{}{}:
-		default: // a wake the writer has not taken yet will do
-		}
+		wake(c.wake)
 	}
 }
 

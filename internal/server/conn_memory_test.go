@@ -70,9 +70,10 @@ func inUse() int64 {
 
 // connMemory opens n loopback connections and returns the heap and stack
 // memory in use with them open: served by a Server after each has sent
-// one ApiVersions and beats brief requests (serve true), or merely
-// accepted and held (serve false, where nothing is sent).
-func connMemory(b *testing.B, n int, serve bool, beats int) int64 {
+// an ApiVersions request and a brief one (serve true), waiting for their
+// next request or, with park, once they have parked; or merely accepted
+// and held (serve false, where nothing is sent).
+func connMemory(b *testing.B, n int, serve, park bool) int64 {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -85,6 +86,10 @@ func connMemory(b *testing.B, n int, serve bool, beats int) int64 {
 	)
 	if serve {
 		srv = New(Config{Handler: memHandler{}, Logger: slog.New(slog.DiscardHandler)})
+		srv.parkAfter = 0
+		if park {
+			srv.parkAfter = time.Millisecond
+		}
 		go func() { srv.Serve(ln); close(done) }()
 	} else {
 		go func() {
@@ -108,8 +113,9 @@ func connMemory(b *testing.B, n int, serve bool, beats int) int64 {
 	}
 	if serve {
 		exchange(b, conns, "idle")
-		for range beats {
-			exchange(b, conns, "beat")
+		exchange(b, conns, "beat")
+		for park && parked(srv) < n && !srv.pollerFailed.Load() {
+			time.Sleep(time.Millisecond)
 		}
 	} else {
 		for {
@@ -138,21 +144,37 @@ func connMemory(b *testing.B, n int, serve bool, beats int) int64 {
 	return used
 }
 
+// parked counts the server's parked connections.
+func parked(s *Server) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for c := range s.conns {
+		c.park.mu.Lock()
+		if c.park.parked {
+			n++
+		}
+		c.park.mu.Unlock()
+	}
+	return n
+}
+
 // BenchmarkConnMemory reports the heap and stack memory the server holds
 // per open connection beyond the socket itself (a connection accepted and
-// held by nothing else), after garbage collection: for a connection that
-// has sent one request (idle-B/conn) and for one that has also sent three
-// brief requests, as a heartbeating member does (beating-B/conn).
+// held by nothing else), after garbage collection, for a connection that
+// has sent a request and a brief one, as a heartbeating member does:
+// waiting with its goroutine for the next (waiting-B/conn), and parked
+// (parked-B/conn; where connections cannot park, as waiting).
 //
 //	go test ./internal/server -run '^$' -bench ConnMemory -benchtime 3x
 func BenchmarkConnMemory(b *testing.B) {
 	const n = 2000
-	var idle, beating float64
+	var waiting, parkedBytes float64
 	for range b.N {
-		held := connMemory(b, n, false, 0)
-		idle += float64(connMemory(b, n, true, 0)-held) / n
-		beating += float64(connMemory(b, n, true, 3)-held) / n
+		held := connMemory(b, n, false, false)
+		waiting += float64(connMemory(b, n, true, false)-held) / n
+		parkedBytes += float64(connMemory(b, n, true, true)-held) / n
 	}
-	b.ReportMetric(idle/float64(b.N), "idle-B/conn")
-	b.ReportMetric(beating/float64(b.N), "beating-B/conn")
+	b.ReportMetric(waiting/float64(b.N), "waiting-B/conn")
+	b.ReportMetric(parkedBytes/float64(b.N), "parked-B/conn")
 }

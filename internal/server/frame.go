@@ -88,36 +88,37 @@ func ReadFrame(r io.Reader, sizeBuf []byte, max int32) ([]byte, error) {
 	return body, nil
 }
 
-// Read buffering of a connection. An idle connection holds only a small
-// buffer, large enough for the requests of a consumer at rest (a
-// heartbeat, a commit of a few partitions) to arrive in one read. A read
-// that fills it suggests a client with more to send (pipelined requests, a
-// produce), so the next read goes into a large buffer borrowed from a pool
-// and given back as soon as the bytes it holds are consumed. A frame
-// larger than the buffer at hand is read straight into its own buffer.
+// Read buffering of a connection. A connection waiting for a request
+// holds only a small buffer, large enough for the requests of a consumer
+// at rest (a heartbeat, a commit of a few partitions) to arrive in one
+// read, and none once it is parked. A read that fills it suggests a client
+// with more to send (pipelined requests, a produce), so the next read goes
+// into a large buffer borrowed from a pool and given back as soon as the
+// bytes it holds are consumed. A frame larger than the buffer at hand is
+// read straight into its own buffer.
 const (
 	smallReadBuffer = 512
 	largeReadBuffer = 64 << 10
 )
 
-var largeReadBuffers = sync.Pool{New: func() any { return new([largeReadBuffer]byte) }}
+var (
+	smallReadBuffers = sync.Pool{New: func() any { return new([smallReadBuffer]byte) }}
+	largeReadBuffers = sync.Pool{New: func() any { return new([largeReadBuffer]byte) }}
+)
 
 // frameReader reads request frames from a connection through the buffers
 // above.
 type frameReader struct {
 	rd    io.Reader
-	small [smallReadBuffer]byte
+	small *[smallReadBuffer]byte // taken when first needed, kept until release
 	large *[largeReadBuffer]byte // borrowed while it holds unread bytes
-	buf   []byte                 // small[:] or large[:]
+	buf   []byte                 // small[:] or large[:]; nil before the first read
 	r, w  int                    // buf[r:w] is read from rd, not yet consumed
 	// filled is set when the last read filled the small buffer.
 	filled bool
 }
 
-func (f *frameReader) init(rd io.Reader) {
-	f.rd = rd
-	f.buf = f.small[:]
-}
+func (f *frameReader) init(rd io.Reader) { f.rd = rd }
 
 func (f *frameReader) buffered() int { return f.w - f.r }
 
@@ -125,6 +126,12 @@ func (f *frameReader) buffered() int { return f.w - f.r }
 // first if the small one is full or was filled by the last read. An error
 // is returned only if nothing was read.
 func (f *frameReader) fill() error {
+	if f.buf == nil {
+		if f.small == nil {
+			f.small = smallReadBuffers.Get().(*[smallReadBuffer]byte)
+		}
+		f.buf = f.small[:]
+	}
 	if f.r > 0 {
 		copy(f.buf, f.buf[f.r:f.w])
 		f.w -= f.r
@@ -230,10 +237,16 @@ func (f *frameReader) readFrame(max int32) ([]byte, error) {
 	return body, nil
 }
 
-// release gives back a borrowed buffer, when the connection is done.
+// release gives back both buffers, when nothing is buffered: the
+// connection is parked or done.
 func (f *frameReader) release() {
 	f.r, f.w = 0, 0
 	f.consumed()
+	if f.small != nil {
+		smallReadBuffers.Put(f.small)
+		f.small, f.buf = nil, nil
+	}
+	f.filled = false
 }
 
 // ParseHeader reads the request header from a frame and returns it with the
