@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -19,6 +20,9 @@ type epoller struct {
 	file  *os.File
 	conns parkedConns
 	done  chan struct{}
+	// closing is set before close closes the file, whose error then
+	// ends run quietly.
+	closing atomic.Bool
 }
 
 func newPoller(s *Server) (poller, error) {
@@ -114,7 +118,7 @@ func (p *epoller) run(rc syscall.RawConn) {
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			p.conns.sweep(p.srv.now(), p.srv.cfg.IdleTimeout)
 			p.nextSweep()
-		case errors.Is(err, os.ErrClosed):
+		case p.closing.Load():
 			return
 		default:
 			// Connections go back to a goroutine each, parked or not.
@@ -127,6 +131,7 @@ func (p *epoller) run(rc syscall.RawConn) {
 }
 
 func (p *epoller) close() {
+	p.closing.Store(true)
 	p.file.Close()
 	<-p.done
 }

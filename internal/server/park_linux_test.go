@@ -56,6 +56,9 @@ func (e *parkEnv) shutdown() {
 			e.t.Errorf("shutdown: %v", err)
 		}
 		<-e.done
+		if l := e.logs.lines("level=ERROR"); len(l) > 0 {
+			e.t.Errorf("errors logged: %q", l)
+		}
 	})
 }
 
