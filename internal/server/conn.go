@@ -129,7 +129,7 @@ func (c *conn) stopReading() {
 	if room != nil {
 		wake(room)
 	}
-	c.unpark()
+	c.unpark(false)
 }
 
 func (c *conn) stopped() bool { return c.stopping.Load() }
@@ -237,15 +237,31 @@ func (c *conn) nextFrame() ([]byte, error) {
 // end of the idle timeout; when it passes, the connection is closed only
 // if it has had nothing in flight all that time, and the deadline moves
 // on otherwise. A connection that can park waits parkAfter at most, then
-// parks if it has nothing in flight (errParked).
+// parks if it has nothing in flight (errParked); one whose requests come
+// further apart than that (sparse) parks at once.
 func (c *conn) awaitFrame() error {
 	if c.park.expired.Load() {
 		return errIdle
 	}
+	if c.park.woken {
+		c.park.woken = false
+		// The read will not block: no deadline, so no timer.
+		if err := c.setReadDeadline(time.Time{}); err != nil {
+			return err
+		}
+		if err := c.fr.fill(); err == nil || !isTimeout(err) {
+			c.noteGap()
+			return err
+		}
+	}
+	parkable := c.parkable()
+	if parkable && c.park.sparse && c.parkNow(true) {
+		return errParked
+	}
 	idle := c.srv.cfg.IdleTimeout
 	from := c.srv.now()
 	var parkAt time.Time
-	if c.parkable() {
+	if parkable {
 		parkAt = from.Add(c.srv.parkAfter)
 	}
 	for {
@@ -261,6 +277,7 @@ func (c *conn) awaitFrame() error {
 		}
 		err := c.fr.fill()
 		if err == nil {
+			c.noteGap()
 			return nil
 		}
 		if !isTimeout(err) {
@@ -271,7 +288,7 @@ func (c *conn) awaitFrame() error {
 		}
 		if !parkAt.IsZero() && !c.srv.now().Before(parkAt) {
 			parkAt = time.Time{}
-			if c.parkNow() {
+			if c.parkNow(false) {
 				return errParked
 			}
 			continue
@@ -285,6 +302,14 @@ func (c *conn) awaitFrame() error {
 			continue
 		}
 		return errIdle
+	}
+}
+
+// noteGap records whether the request just begun came parkAfter or more
+// after the last reply (sparse).
+func (c *conn) noteGap() {
+	if c.inFlight.Load() == 0 {
+		c.park.sparse = c.srv.now().Sub(time.Unix(0, c.idleSince.Load())) >= c.srv.parkAfter
 	}
 }
 

@@ -48,6 +48,14 @@ type parkState struct {
 	id uint32
 	// expired is set when the idle timeout passed while parked.
 	expired atomic.Bool
+	// woken is set when the poller resumed the connection: its socket
+	// has bytes, a hang-up or an error to read. Owned by the goroutine
+	// serving the connection from then on, like sparse.
+	woken bool
+	// sparse is set when the last request came parkAfter or more after
+	// the reply before it: the connection parks as soon as it has
+	// answered, without waiting parkAfter (and a timer) again.
+	sparse bool
 }
 
 // parkable reports whether the connection can park: the server has a
@@ -83,7 +91,8 @@ func (c *conn) withFD(fn func(fd int) error) error {
 // parkNow parks the connection if it has nothing in flight and is not
 // stopping; the calling goroutine must then return without touching it.
 // Nothing is buffered: awaitFrame parks only before a frame's first byte.
-func (c *conn) parkNow() bool {
+// atOnce says the connection did not wait parkAfter first (sparse).
+func (c *conn) parkNow(atOnce bool) bool {
 	if c.inFlight.Load() > 0 {
 		return false
 	}
@@ -102,18 +111,27 @@ func (c *conn) parkNow() bool {
 		return false
 	}
 	c.park.parked = true
+	if testHookParked != nil {
+		testHookParked(atOnce)
+	}
 	return true
 }
 
+// testHookParked, if set, is told of each connection parking.
+var testHookParked func(atOnce bool)
+
 // unpark gives a parked connection a goroutine again; it reports whether
-// the connection was parked.
-func (c *conn) unpark() bool {
+// the connection was parked. woken says the poller saw its socket ready.
+func (c *conn) unpark(woken bool) bool {
 	c.park.mu.Lock()
 	parked := c.park.parked
 	c.park.parked = false
+	if parked {
+		c.park.woken = woken
+	}
 	c.park.mu.Unlock()
 	if parked {
-		go c.serve()
+		c.srv.start(c)
 	}
 	return parked
 }
@@ -129,7 +147,7 @@ func (c *conn) expireIfIdle(now time.Time, idle time.Duration) {
 	c.park.parked = false
 	c.park.expired.Store(true)
 	c.park.mu.Unlock()
-	go c.serve()
+	c.srv.start(c)
 }
 
 // forget tells the poller the connection is closing.
@@ -197,7 +215,7 @@ func (pc *parkedConns) unparkAll() {
 	}
 	pc.mu.Unlock()
 	for _, c := range conns {
-		c.unpark()
+		c.unpark(false)
 	}
 }
 

@@ -42,18 +42,14 @@ func newPoller(s *Server) (poller, error) {
 		return nil, fmt.Errorf("epoll: %w", err)
 	}
 	p := &epoller{srv: s, epfd: epfd, file: f, done: make(chan struct{})}
-	p.nextSweep()
 	go p.run(rc)
 	return p, nil
 }
 
-// nextSweep sets the poller's wait to end at the next sweep, if there is
-// an idle timeout to enforce.
-func (p *epoller) nextSweep() {
-	if idle := p.srv.cfg.IdleTimeout; idle > 0 {
-		p.file.SetReadDeadline(time.Now().Add(sweepInterval(idle)))
-	}
-}
+// maxPollerWait bounds each wait of the poller. It only matters if a
+// readiness notification of the epoll descriptor were ever lost: the
+// parked connections would then wait at most this long.
+const maxPollerWait = time.Second
 
 const parkEvents = syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT
 
@@ -88,12 +84,23 @@ func (p *epoller) run(rc syscall.RawConn) {
 	defer close(p.done)
 	events := make([]syscall.EpollEvent, 128)
 	var ready []uint32
+	idle := p.srv.cfg.IdleTimeout
+	sweepAt := time.Now().Add(sweepInterval(idle))
+	trimAt := time.Now().Add(time.Second)
 	for {
+		wakeAt := time.Now().Add(maxPollerWait)
+		if idle > 0 && sweepAt.Before(wakeAt) {
+			wakeAt = sweepAt
+		}
+		p.file.SetReadDeadline(wakeAt)
 		ready = ready[:0]
 		var werr error
 		err := rc.Read(func(fd uintptr) bool {
 			n, err := syscall.EpollWait(int(fd), events, 0)
-			if errors.Is(err, syscall.EINTR) || err == nil && n == 0 {
+			for errors.Is(err, syscall.EINTR) {
+				n, err = syscall.EpollWait(int(fd), events, 0)
+			}
+			if err == nil && n == 0 {
 				return false // wait until the epoll descriptor is readable
 			}
 			if err != nil {
@@ -110,14 +117,19 @@ func (p *epoller) run(rc syscall.RawConn) {
 		}
 		for _, id := range ready {
 			if c := p.conns.get(id); c != nil {
-				c.unpark()
+				c.unpark(true)
 			}
 		}
+		if now := time.Now(); !now.Before(trimAt) {
+			p.srv.trimRunners()
+			trimAt = now.Add(time.Second)
+		}
+		if idle > 0 && !time.Now().Before(sweepAt) {
+			p.conns.sweep(p.srv.now(), idle)
+			sweepAt = time.Now().Add(sweepInterval(idle))
+		}
 		switch {
-		case err == nil:
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			p.conns.sweep(p.srv.now(), p.srv.cfg.IdleTimeout)
-			p.nextSweep()
+		case err == nil, errors.Is(err, os.ErrDeadlineExceeded):
 		case p.closing.Load():
 			return
 		default:

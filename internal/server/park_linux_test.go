@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -18,7 +19,7 @@ import (
 )
 
 // parkEnv is a Server with a real loopback listener whose connections
-// park as soon as they have waited 1 ms for a request.
+// park once they have waited parkAfter for a request.
 type parkEnv struct {
 	t    *testing.T
 	srv  *Server
@@ -28,7 +29,7 @@ type parkEnv struct {
 	once sync.Once
 }
 
-func newParkEnv(t *testing.T, cfg Config) *parkEnv {
+func newParkEnv(t *testing.T, cfg Config, parkAfter time.Duration) *parkEnv {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +38,7 @@ func newParkEnv(t *testing.T, cfg Config) *parkEnv {
 	cfg.Handler = memHandler{}
 	cfg.Logger = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e.srv = New(cfg)
-	e.srv.parkAfter = time.Millisecond
+	e.srv.parkAfter = parkAfter
 	go func() { e.done <- e.srv.Serve(ln) }()
 	t.Cleanup(func() {
 		e.shutdown()
@@ -107,7 +108,7 @@ func serving() int {
 }
 
 func TestIdleConnectionsParkAndResume(t *testing.T) {
-	e := newParkEnv(t, Config{})
+	e := newParkEnv(t, Config{}, time.Millisecond)
 	conns := e.dial(50)
 	for round := range 3 {
 		exchange(t, conns, "idle")
@@ -165,8 +166,44 @@ func TestIdleConnectionsParkAndResume(t *testing.T) {
 	}
 }
 
+func TestSparseConnectionsParkAtOnce(t *testing.T) {
+	var mu sync.Mutex
+	var parks []bool
+	testHookParked = func(atOnce bool) {
+		mu.Lock()
+		parks = append(parks, atOnce)
+		mu.Unlock()
+	}
+	defer func() { testHookParked = nil }()
+	// Long enough that requests sent back to back come back sooner.
+	e := newParkEnv(t, Config{}, 200*time.Millisecond)
+	conns := e.dial(1)
+	parked := func() []bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]bool(nil), parks...)
+	}
+	for i := range 3 {
+		exchange(t, conns, "beat")
+		e.waitFor("the connection to park", func() bool { return len(parked()) == i+1 })
+		// Each request after the first came after the connection had
+		// parked, longer than parkAfter after the reply before it.
+		time.Sleep(2 * e.srv.parkAfter)
+	}
+	if got := fmt.Sprint(parked()); got != "[false true true]" {
+		t.Fatalf("parked at once: %s, want [false true true]", got)
+	}
+	// Requests back to back make it wait for the next before parking.
+	exchange(t, conns, "beat")
+	exchange(t, conns, "beat")
+	e.waitFor("the connection to park", func() bool { return len(parked()) == 5 })
+	if got := fmt.Sprint(parked()); got != "[false true true true false]" {
+		t.Fatalf("parked at once: %s, want [false true true true false]", got)
+	}
+}
+
 func TestParkedConnectionsAreClosedWhenIdle(t *testing.T) {
-	e := newParkEnv(t, Config{IdleTimeout: 10 * time.Minute})
+	e := newParkEnv(t, Config{IdleTimeout: 10 * time.Minute}, time.Millisecond)
 	conns := e.dial(10)
 	exchange(t, conns, "idle")
 	e.waitFor("every connection to park", func() bool { _, parked := e.counts(); return parked == 10 })
@@ -191,5 +228,27 @@ func TestParkedConnectionsAreClosedWhenIdle(t *testing.T) {
 	}
 	if strings.Contains(e.logs.String(), "level=WARN") {
 		t.Fatalf("warnings: %s", e.logs.String())
+	}
+}
+
+func TestIdleRunnersAreBoundedAndTrimmed(t *testing.T) {
+	e := newParkEnv(t, Config{}, time.Millisecond)
+	conns := e.dial(100)
+	for range 2 {
+		exchange(t, conns, "idle")
+		e.waitFor("every connection to park", func() bool { _, parked := e.counts(); return parked == 100 })
+		// The goroutines of parked connections wait for others to
+		// resume, up to maxIdleRunners of them, and the poller lets half
+		// of them go every second.
+		e.waitFor("the idle runners to go", func() bool {
+			n := e.srv.idleRunners.Load()
+			if n > maxIdleRunners {
+				t.Fatalf("%d idle runners", n)
+			}
+			return n == 0
+		})
+		if n := serving(); n != 0 {
+			t.Fatalf("%d goroutines serve parked connections", n)
+		}
 	}
 }
