@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -179,6 +181,26 @@ func needOpenFiles(b *testing.B, n int) {
 type everyResult struct {
 	idle, formed, end int64
 	latencies         []time.Duration
+	// cpu is the server's CPU time from formed to end.
+	cpu, held time.Duration
+}
+
+// processCPU is the user and system time a process has used, from
+// /proc/PID/stat (in clock ticks of 10 ms).
+func processCPU(b *testing.B, pid int) time.Duration {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command name, which is in parentheses and may
+	// hold spaces: state is the first, utime and stime the 12th and 13th.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("/proc/%d/stat: %q", pid, stat)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // runMembersEvery3s forms everyGroups groups of everyGroupSize members on
@@ -217,8 +239,10 @@ func runMembersEvery3s(b *testing.B, p *groupdProc) everyResult {
 	// answer.
 	time.Sleep(time.Until(formed.Add(everyPeriod / 30)))
 	r.formed, _ = p.memory(b)
+	cpu, held := processCPU(b, p.cmd.Process.Pid), time.Now()
 	time.Sleep(time.Until(end))
 	r.end, _ = p.memory(b)
+	r.cpu, r.held = processCPU(b, p.cmd.Process.Pid)-cpu, time.Since(held)
 	wg.Wait()
 	for _, c := range conns {
 		c.c.Close()
@@ -244,9 +268,10 @@ var membersEveryRuns int
 // each server's resident memory once every member has heartbeated once
 // (formed-MiB) and at the end (end-MiB), what each member added to it
 // (KiB/member: end less the memory before the first member connected),
-// the heartbeat latencies the members saw after their first heartbeat
-// (p50-ms, p99-ms), and groupd/kfake for the memory at the end and the
-// p99 (below 1 means groupd uses less, answers faster).
+// the share of a core it used meanwhile (cpu-%), the heartbeat latencies
+// the members saw after their first heartbeat (p50-ms, p99-ms), and
+// groupd/kfake for the memory at the end and the p99 (below 1 means
+// groupd uses less, answers faster).
 func BenchmarkMembersEvery3s(b *testing.B) {
 	n := everyGroups * everyGroupSize
 	needOpenFiles(b, n+1000)
@@ -274,12 +299,13 @@ func BenchmarkMembersEvery3s(b *testing.B) {
 	mib := func(v int64) float64 { return float64(v) / (1 << 20) }
 	summary := map[string]struct{ end, p99 float64 }{}
 	for _, side := range []string{"groupd", "kfake"} {
-		var formed, end, perMember float64
+		var formed, end, perMember, cpu float64
 		var all []time.Duration
 		for _, r := range results[side] {
 			formed += mib(r.formed)
 			end += mib(r.end)
 			perMember += float64(r.end-r.idle) / 1024 / float64(n)
+			cpu += 100 * r.cpu.Seconds() / r.held.Seconds()
 			all = append(all, r.latencies...)
 		}
 		runs := float64(len(results[side]))
@@ -287,6 +313,7 @@ func BenchmarkMembersEvery3s(b *testing.B) {
 		b.ReportMetric(formed/runs, side+"-formed-MiB")
 		b.ReportMetric(end/runs, side+"-end-MiB")
 		b.ReportMetric(perMember/runs, side+"-KiB/member")
+		b.ReportMetric(cpu/runs, side+"-cpu-%")
 		b.ReportMetric(millis(percentile(all, 50)), side+"-p50-ms")
 		b.ReportMetric(millis(percentile(all, 99)), side+"-p99-ms")
 		summary[side] = struct{ end, p99 float64 }{end / runs, millis(percentile(all, 99))}
