@@ -4,7 +4,9 @@
 // operator's connection to groupd.
 //
 // Everything here reads through an inspect.Source and never touches group
-// state; without a Source the API answers 503 and the page says so.
+// state. Without a Source, or while the Source reports
+// inspect.ErrUnavailable, the API answers 503 with Retry-After and the
+// page says so.
 package admin
 
 import (
@@ -118,7 +120,7 @@ func (a *api) get(idOf func(*http.Request) (string, error), fn func(ctx context.
 			return
 		}
 		if a.cfg.Source == nil {
-			writeError(w, http.StatusServiceUnavailable, "the group coordinator is not available")
+			unavailable(w)
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), a.cfg.ReadTimeout)
@@ -128,6 +130,8 @@ func (a *api) get(idOf func(*http.Request) (string, error), fn func(ctx context.
 		switch {
 		case errors.As(err, &nf):
 			writeError(w, http.StatusNotFound, nf.Error())
+		case errors.Is(err, inspect.ErrUnavailable):
+			unavailable(w)
 		case errors.Is(err, context.DeadlineExceeded):
 			a.cfg.Logger.Warn("admin API read timed out", "path", r.URL.Path, "timeout", a.cfg.ReadTimeout)
 			writeError(w, http.StatusGatewayTimeout, "timed out reading from the group coordinator")
@@ -163,9 +167,6 @@ func (a *api) groups(ctx context.Context, _ string) (any, error) {
 	}
 	gs = append([]inspect.GroupSummary{}, gs...)
 	sort.SliceStable(gs, func(i, j int) bool { return gs[i].Group < gs[j].Group })
-	for i := range gs {
-		fillSummary(&gs[i])
-	}
 	return gs, nil
 }
 
@@ -198,6 +199,19 @@ func (a *api) rebalances(ctx context.Context, id string) (any, error) {
 	return rs, nil
 }
 
+// retryAfterSeconds is what a 503 asks a client to wait: the coordinator
+// loads its groups within seconds of a start.
+const retryAfterSeconds = "2"
+
+// unavailable answers a read the Source cannot serve yet (the
+// coordinator is loading its groups, or shutting down): 503, and when to
+// try again.
+func unavailable(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", retryAfterSeconds)
+	writeError(w, http.StatusServiceUnavailable,
+		"the group coordinator is not available: it is loading its groups after a start, or shutting down; retry in "+retryAfterSeconds+" s")
+}
+
 // errorBody is every API error.
 type errorBody struct {
 	Error string `json:"error"`
@@ -228,16 +242,7 @@ func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
 // The fill functions turn nil lists into empty ones, so that every list
 // field is a JSON array and scripts need not test for null.
 
-func fillSummary(g *inspect.GroupSummary) {
-	if g.LastRebalance != nil {
-		r := *g.LastRebalance
-		fillRebalance(&r)
-		g.LastRebalance = &r
-	}
-}
-
 func fillGroup(g *inspect.Group) {
-	fillSummary(&g.GroupSummary)
 	g.Members = orEmpty(g.Members)
 	g.Offsets = orEmpty(g.Offsets)
 	for i := range g.Members {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -78,7 +79,7 @@ func TestGroupList(t *testing.T) {
 	}
 	var ids []string
 	for _, g := range list {
-		hasKeys(t, "group summary", g, "group", "type", "state", "protocol_type", "protocol", "generation", "members", "lag", "rebalances")
+		hasKeys(t, "group summary", g, "group", "type", "state", "protocol_type", "protocol", "generation", "member_count", "lag", "rebalances")
 		ids = append(ids, g.(map[string]any)["group"].(string))
 	}
 	if !slices.IsSorted(ids) {
@@ -86,12 +87,26 @@ func TestGroupList(t *testing.T) {
 	}
 	busy := list[slices.Index(ids, busyGroup)].(map[string]any)
 	last := busy["last_rebalance"]
-	hasKeys(t, "last_rebalance", last, "trigger", "member", "started_at", "ended_at", "duration_ms", "members_in", "members_out", "waited_for", "moved", "storm")
-	if got := last.(map[string]any)["trigger"]; got != busyLastTrig {
-		t.Errorf("busy group's last trigger %v, want %s", got, busyLastTrig)
+	hasKeys(t, "last_rebalance", last, "trigger", "member", "started_at", "ended_at", "duration_ms", "members_in_count", "members_out_count",
+		"straggler", "moved_count", "changed_count", "max_pause_ms", "commit_gap", "outcome", "storm")
+	// The list carries counts, not the lists: the history has those.
+	for _, heavy := range []string{"moved", "waited_for", "members_in", "members_out"} {
+		if _, ok := last.(map[string]any)[heavy]; ok {
+			t.Errorf("the group list's last_rebalance carries %q", heavy)
+		}
 	}
-	if got := busy["members"]; got != float64(4) {
-		t.Errorf("busy group's members %v, want 4", got)
+	lastRec := src.rebalances[busyGroup][len(src.rebalances[busyGroup])-1]
+	for k, want := range map[string]any{"trigger": busyLastTrig, "moved_count": float64(4), "changed_count": float64(4),
+		"max_pause_ms": float64(7410), "commit_gap": float64(96 + 112 + 260), "members_in_count": float64(1)} {
+		if got := last.(map[string]any)[k]; got != want {
+			t.Errorf("busy group's last_rebalance %s = %v, want %v", k, got, want)
+		}
+	}
+	if got := last.(map[string]any)["straggler"].(map[string]any)["member"]; got != lastRec.WaitedFor[0].Member {
+		t.Errorf("busy group's straggler %v, want %s", got, lastRec.WaitedFor[0].Member)
+	}
+	if got := busy["member_count"]; got != float64(4) {
+		t.Errorf("busy group's member_count %v, want 4", got)
 	}
 	if _, ok := list[slices.Index(ids, emptyGroup)].(map[string]any)["last_rebalance"]; ok {
 		t.Error("a group without rebalances has a last_rebalance")
@@ -102,10 +117,10 @@ func TestGroupAndRebalances(t *testing.T) {
 	src := sampleSource(time.Now())
 	h := Handler(Config{Source: src})
 	g := getJSON(t, h, "/api/v1/groups/"+busyGroup)
-	hasKeys(t, "group", g, "group", "type", "state", "protocol", "members", "offsets", "lag")
+	hasKeys(t, "group", g, "group", "type", "state", "protocol", "member_count", "members", "offsets", "lag")
 	members := g.(map[string]any)["members"].([]any)
-	if len(members) != 4 {
-		t.Fatalf("%d members, want 4", len(members))
+	if len(members) != 4 || g.(map[string]any)["member_count"] != float64(4) {
+		t.Fatalf("%d members, member_count %v, want 4", len(members), g.(map[string]any)["member_count"])
 	}
 	hasKeys(t, "member", members[0], "member_id", "client_id", "client_host", "assignment", "last_heartbeat", "session_timeout_ms", "rebalance_timeout_ms")
 	hasKeys(t, "assignment", members[0].(map[string]any)["assignment"].([]any)[0], "topic", "partitions")
@@ -132,9 +147,14 @@ func TestGroupAndRebalances(t *testing.T) {
 	hasKeys(t, "member", last["member"], "member_id", "client_id", "client_host")
 	hasKeys(t, "wait", last["waited_for"].([]any)[0], "member", "waited_ms")
 	moved := last["moved"].([]any)
-	hasKeys(t, "move", moved[0], "topic", "partition", "from", "to", "pause_ms", "commit_gap")
+	hasKeys(t, "move", moved[0], "topic", "partition", "from", "to", "pause_ms", "released_at", "assigned_at", "commit_gap")
 	if got := moved[0].(map[string]any)["pause_ms"]; got != float64(7410) {
 		t.Errorf("first move's pause_ms %v, want 7410", got)
+	}
+	released, err1 := time.Parse(time.RFC3339Nano, moved[0].(map[string]any)["released_at"].(string))
+	assigned, err2 := time.Parse(time.RFC3339Nano, moved[0].(map[string]any)["assigned_at"].(string))
+	if err1 != nil || err2 != nil || assigned.Sub(released) != 7410*time.Millisecond {
+		t.Errorf("first move released at %v, assigned at %v (%v %v), want 7410 ms apart", released, assigned, err1, err2)
 	}
 	if _, err := time.Parse(time.RFC3339Nano, last["started_at"].(string)); err != nil {
 		t.Errorf("started_at is not RFC 3339: %v", err)
@@ -164,10 +184,9 @@ func TestEmptyListsAreArrays(t *testing.T) {
 	g := getJSON(t, h, "/api/v1/groups/bare").(map[string]any)
 	isArray("offsets", g["offsets"])
 	isArray("assignment", g["members"].([]any)[0].(map[string]any)["assignment"])
-	for _, r := range []any{g["last_rebalance"], getJSON(t, h, "/api/v1/groups/bare/rebalances").([]any)[0]} {
-		for _, field := range []string{"members_in", "members_out", "waited_for", "moved"} {
-			isArray(field, r.(map[string]any)[field])
-		}
+	r := getJSON(t, h, "/api/v1/groups/bare/rebalances").([]any)[0]
+	for _, field := range []string{"members_in", "members_out", "waited_for", "moved"} {
+		isArray(field, r.(map[string]any)[field])
 	}
 	src = &fakeSource{}
 	isArray("group list", getJSON(t, Handler(Config{Source: src}), "/api/v1/groups"))
@@ -205,21 +224,28 @@ func TestErrorsAreJSON(t *testing.T) {
 		}
 	}
 
-	// No source yet, a failing source, a source past its deadline.
+	// No source yet, a source not available yet (loading, closing), a
+	// failing source, a source past its deadline. Only the unavailable
+	// ones ask the client to come back.
 	for _, c := range []struct {
-		src  inspect.Source
-		code int
-		msg  string
+		src   inspect.Source
+		code  int
+		msg   string
+		retry bool
 	}{
-		{nil, 503, "not available"},
-		{&fakeSource{err: errors.New("shard 3 stopped")}, 500, "shard 3 stopped"},
-		{&fakeSource{err: context.DeadlineExceeded}, 504, "timed out"},
+		{nil, 503, "not available", true},
+		{&fakeSource{err: fmt.Errorf("shard 2 loading: %w", inspect.ErrUnavailable)}, 503, "loading its groups", true},
+		{&fakeSource{err: errors.New("shard 3 stopped")}, 500, "shard 3 stopped", false},
+		{&fakeSource{err: context.DeadlineExceeded}, 504, "timed out", false},
 	} {
 		for _, path := range []string{"/api/v1/groups", "/api/v1/groups/x", "/api/v1/groups/x/rebalances"} {
-			code, _, raw := get(t, Handler(Config{Source: c.src, Logger: quiet}), path)
+			code, hdr, raw := get(t, Handler(Config{Source: c.src, Logger: quiet}), path)
 			var body errorBody
 			if err := json.Unmarshal(raw, &body); err != nil || code != c.code || !strings.Contains(body.Error, c.msg) {
 				t.Errorf("GET %s with source %v: %d %s, want %d with %q", path, c.src, code, raw, c.code, c.msg)
+			}
+			if got := hdr.Get("Retry-After"); (got != "") != c.retry {
+				t.Errorf("GET %s with source %v: Retry-After %q", path, c.src, got)
 			}
 		}
 	}

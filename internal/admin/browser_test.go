@@ -1,17 +1,13 @@
 package admin
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"net/http"
+	"math"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,37 +15,13 @@ import (
 
 	"golang.org/x/net/html"
 
+	"github.com/groupd/groupd/internal/admin/admintest"
 	"github.com/groupd/groupd/internal/inspect"
 )
 
-// The status page in a real headless browser (Debian's chromium). The
-// test server is also the browser's proxy for every host, loopback
-// included, so every request the browser makes, to groupd or anywhere
-// else, arrives at it, is logged and is answered there: nothing leaves
-// the machine. The browser also makes requests of its own (Google
-// account and time services) whatever the page, so the browser's net log
-// tells the page's requests from those: each request the page made went
-// to groupd, and each request the proxy saw for another host was one the
-// browser made for itself.
-
-// chromium finds the browser, or skips the test (fails it under CI).
-func chromium(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("GROUPD_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	msg := "chromium not found: install Debian's chromium (apt-get install chromium) or set GROUPD_CHROMIUM to run the status page test"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
+// The status page in a real headless browser (Debian's chromium), over the
+// sample groups; internal/e2e runs it over a real groupd. admintest's
+// proxy is the browser's only way out, so nothing leaves the machine.
 
 // liveSource serves the sample groups as of its last reset.
 type liveSource struct {
@@ -81,207 +53,30 @@ func (l *liveSource) Rebalances(ctx context.Context, id string) ([]inspect.Rebal
 	return l.current().Rebalances(ctx, id)
 }
 
-type requestLog struct {
-	mu   sync.Mutex
-	seen []string // "METHOD host path"
-}
-
-func (l *requestLog) wrap(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		l.mu.Lock()
-		l.seen = append(l.seen, fmt.Sprintf("%s %s %s", r.Method, r.Host, r.URL.RequestURI()))
-		l.mu.Unlock()
-		next.ServeHTTP(w, r)
-	})
-}
-
-func (l *requestLog) all() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.seen...)
-}
-
-type browser struct {
-	t       *testing.T
-	bin     string
-	proxy   string
-	profile string
-	// before runs before each browser start.
-	before func()
-	// requests are what every run's net log recorded.
-	requests []netRequest
-}
-
-// run runs one headless chromium with a fresh profile and returns its
-// standard output.
-func (b *browser) run(args ...string) []byte {
-	b.t.Helper()
-	if b.before != nil {
-		b.before()
-	}
-	profile, err := os.MkdirTemp(b.profile, "profile-")
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	base := []string{
-		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio",
-		// Services the browser itself calls on start or when a page has
-		// a form field: network time, search preconnects, AI mode
-		// eligibility, autofill, translation.
-		"--disable-features=NetworkTimeServiceQuerying,PreconnectToSearch,AimEnabled,AimServerEligibilityEnabled,AutofillServerCommunication,OptimizationHints,Translate,MediaRouter",
-		"--user-data-dir=" + profile,
-		"--log-net-log=" + filepath.Join(profile, "net.json"),
-		"--proxy-server=" + b.proxy, "--proxy-bypass-list=<-loopback>",
-		// Fetches run in real time; the budget lets the page's scripts
-		// and their API calls finish before the DOM is dumped.
-		"--virtual-time-budget=4000",
-	}
-	// A safety net for a wedged browser, not a speed assertion.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, b.bin, append(base, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		b.t.Fatalf("chromium %v: %v\n%s", args, err, stderr.String())
-	}
-	reqs, err := readNetLog(filepath.Join(profile, "net.json"))
-	if err != nil {
-		b.t.Fatalf("chromium %v: %v", args, err)
-	}
-	b.requests = append(b.requests, reqs...)
-	return stdout.Bytes()
-}
-
-// netRequest is one URL request from chromium's net log.
-type netRequest struct {
-	URL       string `json:"url"`
-	Initiator string `json:"initiator"`
-	// IsolationKey names the top-level site the request was made for
-	// ("http://127.0.0.1 http://127.0.0.1" for the page's own).
-	IsolationKey string `json:"network_isolation_key"`
-}
-
-func readNetLog(file string) ([]netRequest, error) {
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("reading the net log: %w", err)
-	}
-	var log struct {
-		Constants struct {
-			EventTypes map[string]int `json:"logEventTypes"`
-		} `json:"constants"`
-		Events []struct {
-			Type   int             `json:"type"`
-			Params json.RawMessage `json:"params"`
-		} `json:"events"`
-	}
-	if err := json.Unmarshal(raw, &log); err != nil {
-		return nil, fmt.Errorf("parsing the net log: %w", err)
-	}
-	start, ok := log.Constants.EventTypes["URL_REQUEST_START_JOB"]
-	if !ok {
-		return nil, errors.New("the net log has no URL_REQUEST_START_JOB event type")
-	}
-	var out []netRequest
-	for _, e := range log.Events {
-		if e.Type != start || len(e.Params) == 0 {
-			continue
-		}
-		var r netRequest
-		if err := json.Unmarshal(e.Params, &r); err != nil {
-			return nil, fmt.Errorf("parsing a net log request: %w", err)
-		}
-		if r.URL != "" {
-			out = append(out, r)
-		}
-	}
-	return out, nil
-}
-
-func (b *browser) dom(url string) *html.Node {
-	b.t.Helper()
-	out := b.run("--dump-dom", url)
-	doc, err := html.Parse(bytes.NewReader(out))
-	if err != nil {
-		b.t.Fatalf("parsing the DOM of %s: %v", url, err)
-	}
-	return doc
-}
-
-// find returns the elements under n for which match is true.
-func find(n *html.Node, match func(*html.Node) bool) []*html.Node {
-	var out []*html.Node
-	var walk func(*html.Node)
-	walk = func(n *html.Node) {
-		if n.Type == html.ElementNode && match(n) {
-			out = append(out, n)
-		}
-		for c := n.FirstChild; c != nil; c = c.NextSibling {
-			walk(c)
-		}
-	}
-	walk(n)
-	return out
-}
-
-func attr(n *html.Node, key string) (string, bool) {
-	for _, a := range n.Attr {
-		if a.Key == key {
-			return a.Val, true
-		}
-	}
-	return "", false
-}
-
-func withAttr(key, val string) func(*html.Node) bool {
-	return func(n *html.Node) bool { v, ok := attr(n, key); return ok && v == val }
-}
-
-func byID(doc *html.Node, id string) *html.Node {
-	ns := find(doc, withAttr("id", id))
-	if len(ns) != 1 {
-		return nil
-	}
-	return ns[0]
-}
-
-func text(n *html.Node) string {
-	if n == nil {
-		return ""
-	}
-	var sb strings.Builder
-	var walk func(*html.Node)
-	walk = func(n *html.Node) {
-		if n.Type == html.TextNode {
-			sb.WriteString(n.Data)
-		}
-		for c := n.FirstChild; c != nil; c = c.NextSibling {
-			walk(c)
-		}
-	}
-	walk(n)
-	return sb.String()
-}
+// Shorthands for the DOM helpers.
+var (
+	find     = admintest.Find
+	attr     = admintest.Attr
+	withAttr = admintest.WithAttr
+	byID     = admintest.ByID
+	text     = admintest.Text
+)
 
 func TestStatusPageInBrowser(t *testing.T) {
-	bin := chromium(t)
+	bin := admintest.Chromium(t)
 	live := &liveSource{}
 	live.reset()
 	src := live.current()
-	log := &requestLog{}
-	srv := httptest.NewServer(log.wrap(Handler(Config{Source: live})))
+	srv := httptest.NewServer(Handler(Config{Source: live}))
 	defer srv.Close()
-	u, _ := url.Parse(srv.URL)
+	b := admintest.NewBrowser(t, bin, admintest.NewProxy(t, srv.URL))
 	// The sample is rebuilt around the time of each run, so the pages
 	// (and the screenshots) show heartbeats as fresh as a live group's.
-	b := &browser{t: t, bin: bin, proxy: srv.URL, profile: t.TempDir(), before: live.reset}
+	b.Before = live.reset
 
 	// The group list: every group, with the trigger of its last
 	// rebalance in its row.
-	doc := b.dom(srv.URL + "/")
+	doc := b.DOM(srv.URL + "/")
 	rows := find(doc, func(n *html.Node) bool { _, ok := attr(n, "data-group"); return ok && n.Data == "tr" })
 	if len(rows) != len(src.groups) {
 		t.Fatalf("group list shows %d rows, want %d; page text:\n%s", len(rows), len(src.groups), text(byID(doc, "main")))
@@ -305,7 +100,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	// A group's page: its members, its last rebalance's trigger, the
 	// timeline with one mark per rebalance, and the partition pauses.
 	for _, id := range []string{busyGroup, slashGroup, spaceGroup, dotsGroup, joiningGroup} {
-		doc := b.dom(srv.URL + "/#/groups/" + url.PathEscape(id))
+		doc := b.DOM(srv.URL + "/#/groups/" + url.PathEscape(id))
 		if got := text(byID(doc, "gname")); got != id {
 			t.Errorf("group page of %q is titled %q; page text:\n%s", id, got, text(byID(doc, "main")))
 			continue
@@ -341,76 +136,85 @@ func TestStatusPageInBrowser(t *testing.T) {
 			if tl := text(byID(doc, "timeline")); !strings.Contains(tl, "storm ×3") {
 				t.Errorf("busy group's timeline does not mark the storm of 3: %q", tl)
 			}
+			checkPauseBars(t, byID(doc, "detail"), last)
 		}
 	}
-	missing := b.dom(srv.URL + "/#/groups/no-such-group")
+	missing := b.DOM(srv.URL + "/#/groups/no-such-group")
 	if m := text(byID(missing, "main")); !strings.Contains(m, `group "no-such-group" not found`) {
 		t.Errorf("page of an unknown group says %q", m)
 	}
 
 	// Screenshots of both pages, for a person to look at.
-	dir := os.Getenv("GROUPD_SCREENSHOT_DIR")
-	if dir == "" {
-		dir = t.TempDir()
-	}
 	for name, page := range map[string]string{"groups.png": "/", "group.png": "/#/groups/" + busyGroup} {
-		file, err := filepath.Abs(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.run("--screenshot="+file, "--window-size=1440,1900", srv.URL+page)
-		png, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatalf("no screenshot: %v", err)
-		}
-		if !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) || len(png) < 20_000 {
-			t.Errorf("%s is not a plausible screenshot (%d bytes)", file, len(png))
-		}
-		t.Logf("screenshot of %s: %s", page, file)
+		t.Logf("screenshot of %s: %s", page, b.Screenshot(srv.URL+page, name))
 	}
 
 	// Every request the page made went to groupd, and it used the API.
-	origin := srv.URL
-	pageSite := "http://" + u.Hostname() + " "
 	var api, assets bool
-	browserHosts := map[string]bool{}
-	for _, r := range b.requests {
-		ru, err := url.Parse(r.URL)
-		if err != nil {
-			t.Errorf("net log request with a bad URL %q", r.URL)
-			continue
-		}
-		if r.Initiator != origin && !strings.HasPrefix(r.IsolationKey, pageSite) {
-			browserHosts[ru.Host] = true
-			continue
-		}
-		if ru.Scheme+"://"+ru.Host != origin {
-			t.Errorf("the page requested %s, not from groupd (%s)", r.URL, origin)
-		}
-		if r.Initiator == origin {
-			api = api || ru.EscapedPath() == "/api/v1/groups/"+url.PathEscape(busyGroup)+"/rebalances"
-			assets = assets || ru.Path == "/static/app.js"
-		}
+	for _, u := range admintest.CheckOffline(t, b) {
+		api = api || u.EscapedPath() == "/api/v1/groups/"+url.PathEscape(busyGroup)+"/rebalances"
+		assets = assets || u.Path == "/static/app.js"
 	}
 	if !api || !assets {
 		t.Errorf("the page fetched its script: %v, the busy group's rebalances: %v", assets, api)
 	}
-	// And everything that reached the proxy for another host was the
-	// browser's own business.
-	for _, s := range log.all() {
-		f := strings.Fields(s)
-		if len(f) != 3 {
-			t.Errorf("odd request log line %q", s)
-			continue
-		}
-		host := f[1]
-		if host == u.Host {
-			continue
-		}
-		if !browserHosts[host] && !browserHosts[strings.TrimSuffix(host, ":443")] {
-			t.Errorf("request to %s that the net log does not show the browser making for itself: %q", host, s)
-		}
-	}
 }
 
 func getAttr(n *html.Node, key string) string { v, _ := attr(n, key); return v }
+
+// pauseBar is a moved partition's bar in the selected rebalance's chart.
+type pauseBar struct {
+	move        inspect.Move
+	left, right float64
+}
+
+// checkPauseBars checks that each moved partition's bar in the detail
+// chart runs from its release to its receipt: the bars end in the order
+// their partitions were received, start in the order they were released,
+// and are as long as their pauses, on one scale.
+func checkPauseBars(t *testing.T, detail *html.Node, r inspect.Rebalance) {
+	t.Helper()
+	moves := map[string]inspect.Move{}
+	for _, mv := range r.Moved {
+		moves[fmt.Sprintf("%s[%d]", mv.Topic, mv.Partition)] = mv
+	}
+	var bars []pauseBar
+	for _, g := range find(detail, func(n *html.Node) bool { return n.Data == "g" }) {
+		rects := find(g, func(n *html.Node) bool { return n.Data == "rect" && getAttr(n, "class") == "pause" })
+		labels := find(g, func(n *html.Node) bool { return n.Data == "text" && strings.Contains(getAttr(n, "class"), "label") })
+		if len(rects) != 1 || len(labels) != 1 {
+			continue
+		}
+		mv, ok := moves[text(labels[0])]
+		if !ok {
+			t.Errorf("pause bar for %q, which the rebalance did not move", text(labels[0]))
+			continue
+		}
+		x, err1 := strconv.ParseFloat(getAttr(rects[0], "x"), 64)
+		w, err2 := strconv.ParseFloat(getAttr(rects[0], "width"), 64)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("pause bar of %s: x %q width %q", text(labels[0]), getAttr(rects[0], "x"), getAttr(rects[0], "width"))
+		}
+		bars = append(bars, pauseBar{mv, x, x + w})
+	}
+	if len(bars) != len(r.Moved) {
+		t.Fatalf("%d pause bars, want one per moved partition (%d)", len(bars), len(r.Moved))
+	}
+	sort.Slice(bars, func(i, j int) bool { return bars[i].move.AssignedAt.Before(bars[j].move.AssignedAt) })
+	pxPerMs := (bars[0].right - bars[0].left) / float64(bars[0].move.PauseMs)
+	for i, b := range bars {
+		if i > 0 && !(b.right > bars[i-1].right) {
+			t.Errorf("bar of %s/%d ends at %.1f, not after that of the partition received before it (%.1f): the bars do not end at each receipt",
+				b.move.Topic, b.move.Partition, b.right, bars[i-1].right)
+		}
+		if want := float64(b.move.PauseMs) * pxPerMs; math.Abs(b.right-b.left-want) > 1 {
+			t.Errorf("bar of %s/%d is %.1f px long, want %.1f for its pause of %d ms", b.move.Topic, b.move.Partition, b.right-b.left, want, b.move.PauseMs)
+		}
+		// Release to receipt on one time axis: the start is the
+		// receipt less the pause.
+		wantLeft := bars[0].right + float64(b.move.ReleasedAt.Sub(bars[0].move.AssignedAt).Milliseconds())*pxPerMs
+		if math.Abs(b.left-wantLeft) > 1 {
+			t.Errorf("bar of %s/%d starts at %.1f, want %.1f (its release)", b.move.Topic, b.move.Partition, b.left, wantLeft)
+		}
+	}
+}

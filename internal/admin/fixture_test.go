@@ -32,11 +32,10 @@ func (f *fakeSource) Groups(ctx context.Context) ([]inspect.GroupSummary, error)
 func (f *fakeSource) summary(g inspect.Group) inspect.GroupSummary {
 	s := g.GroupSummary
 	rs := f.rebalances[g.Group]
-	s.Members = len(g.Members)
+	s.MemberCount = len(g.Members)
 	s.Rebalances = len(rs)
 	if len(rs) > 0 {
-		last := rs[len(rs)-1]
-		s.LastRebalance = &last
+		s.LastRebalance = rs[len(rs)-1].Summary()
 	}
 	s.Lag = 0
 	for _, o := range g.Offsets {
@@ -143,12 +142,19 @@ func ref(m inspect.Member) *inspect.MemberRef {
 	return &inspect.MemberRef{MemberID: m.MemberID, InstanceID: m.InstanceID, ClientID: m.ClientID, ClientHost: m.ClientHost}
 }
 
-// rebalance makes a finished rebalance that started ago before now.
+// rebalance makes a finished rebalance that started ago before now. Its
+// moves are received one after another, the last at its end, each
+// released its pause before.
 func rebalance(now time.Time, ago, took time.Duration, protocol, trigger string, by *inspect.MemberRef, gen int32, moved ...inspect.Move) inspect.Rebalance {
 	start := now.Add(-ago)
 	end := start.Add(took)
 	if moved == nil {
 		moved = []inspect.Move{}
+	}
+	for i := range moved {
+		mv := &moved[i]
+		mv.AssignedAt = start.Add(took * time.Duration(i+1) / time.Duration(len(moved)))
+		mv.ReleasedAt = mv.AssignedAt.Add(-time.Duration(mv.PauseMs) * time.Millisecond)
 	}
 	return inspect.Rebalance{
 		Protocol: protocol, GenerationBefore: gen, GenerationAfter: gen + 1,

@@ -54,6 +54,10 @@ type Config struct {
 	// Kafka's defaults).
 	Group  group.Config
 	Logger *slog.Logger
+	// SkipUndecodableRecords starts groupd even if coordinator records do
+	// not decode, skipping each with a log line naming its key; without
+	// it such a record stops the start.
+	SkipUndecodableRecords bool
 
 	// HTTPListen is where the HTTP side listens (Prometheus metrics,
 	// the JSON admin API, the status page); empty disables it.
@@ -75,6 +79,8 @@ type App struct {
 	ln     net.Listener
 	adv    string
 	done   chan error
+	// stopped is closed by Close.
+	stopped chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -102,12 +108,20 @@ func Start(cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening data directory %s: %w", cfg.DataDir, err)
 	}
-	// Coordinator records are fsynced unless the operator chose to leave
-	// durability to the OS for the partition logs too.
-	st, err := store.OpenPebble(filepath.Join(cfg.DataDir, "coordinator"), store.Options{
-		Sync:   cfg.Log.Sync == partition.SyncAlways,
-		Logger: cfg.Logger,
-	})
+	// Coordinator records follow the partition logs' fsync policy:
+	// fsynced before their reply, every interval, or left to the OS.
+	sopts := store.Options{
+		Sync:            cfg.Log.Sync == partition.SyncAlways,
+		Logger:          cfg.Logger,
+		SkipUndecodable: cfg.SkipUndecodableRecords,
+	}
+	if cfg.Log.Sync == partition.SyncInterval {
+		sopts.SyncInterval = cfg.Log.SyncInterval
+		if sopts.SyncInterval <= 0 {
+			sopts.SyncInterval = partition.DefaultSyncInterval
+		}
+	}
+	st, err := store.OpenPebble(filepath.Join(cfg.DataDir, "coordinator"), sopts)
 	if err != nil {
 		b.Close()
 		return nil, fmt.Errorf("opening coordinator store: %w", err)
@@ -117,7 +131,20 @@ func Start(cfg Config) (*App, error) {
 	if cfg.HTTPListen != "" {
 		m = metrics.New(metrics.Config{MaxGroups: cfg.MetricsMaxGroups})
 	}
-	coord := coordinator.New(coordinator.Config{Group: cfg.Group, Store: st, Logger: cfg.Logger})
+	var cobs coordinator.Observer
+	if m != nil {
+		cobs = m
+	}
+	coord := coordinator.New(coordinator.Config{Group: cfg.Group, Store: st, Logger: cfg.Logger,
+		HighWatermark: highWatermark(b), Observer: cobs})
+	// Read the coordinator's records before listening, so that one that
+	// does not decode stops the start instead of a shard.
+	if err := coord.WaitLoad(context.Background()); err != nil {
+		coord.Close()
+		st.Close()
+		b.Close()
+		return nil, fmt.Errorf("loading coordinator records: %w", err)
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		coord.Close()
@@ -145,13 +172,14 @@ func Start(cfg Config) (*App, error) {
 		Handler:         api.New(b, coord, host, port, cfg.Logger, api.FetchMaxBytes(cfg.FetchMaxBytes)),
 		Logger:          cfg.Logger,
 	})
-	a := &App{broker: b, store: st, coord: coord, srv: srv, ln: ln, adv: net.JoinHostPort(host, strconv.Itoa(int(port))), done: make(chan error, 1)}
+	a := &App{broker: b, store: st, coord: coord, srv: srv, ln: ln, adv: net.JoinHostPort(host, strconv.Itoa(int(port))),
+		done: make(chan error, 2), stopped: make(chan struct{})}
 	if m != nil {
-		// What the admin API, the page and the group gauges read; until
-		// the coordinator provides it, the API answers 503.
-		var src inspect.Source
-		m.SetSource(src)
-		a.http, err = admin.Listen(cfg.HTTPListen, admin.Config{Source: src, Metrics: m.Handler(), Logger: cfg.Logger})
+		// The coordinator is what the admin API, the page and the group
+		// gauges read. While its shards load it answers with an error
+		// matching inspect.ErrUnavailable, which the API serves as 503.
+		m.SetSource(coord)
+		a.http, err = admin.Listen(cfg.HTTPListen, admin.Config{Source: coord, Metrics: m.Handler(), Logger: cfg.Logger})
 		if err != nil {
 			ln.Close()
 			coord.Close()
@@ -161,8 +189,37 @@ func Start(cfg Config) (*App, error) {
 		}
 	}
 	go func() { a.done <- srv.Serve(ln) }()
+	go func() {
+		// A shard that meets an undecodable record when it reloads
+		// stops; the process stops with it rather than serve without
+		// its groups.
+		select {
+		case <-coord.Failed():
+			a.done <- fmt.Errorf("coordinator: %w", coord.Err())
+		case <-a.stopped:
+		}
+	}()
 	return a, nil
 }
+
+// highWatermark looks up a partition's high watermark in the broker.
+func highWatermark(b *broker.Broker) func(string, int32) (int64, bool) {
+	return func(topic string, partition int32) (int64, bool) {
+		t, ok := b.Topic(topic)
+		if !ok {
+			return 0, false
+		}
+		l := t.Partition(partition)
+		if l == nil {
+			return 0, false
+		}
+		return l.HighWatermark(), true
+	}
+}
+
+// Inspect is the read-only view of the groups and their rebalance
+// histories, for the admin side.
+func (a *App) Inspect() inspect.Source { return a.coord }
 
 // Addr is the address the listener is bound to.
 func (a *App) Addr() string { return a.ln.Addr().String() }
@@ -188,6 +245,7 @@ func (a *App) Done() <-chan error { return a.done }
 // Calling it again returns the first call's result.
 func (a *App) Close(ctx context.Context) error {
 	a.closeOnce.Do(func() {
+		close(a.stopped)
 		// The HTTP side goes first: it reads from the coordinator.
 		var herr error
 		if a.http != nil {

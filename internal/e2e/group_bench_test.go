@@ -91,23 +91,30 @@ func groupdAndKfake(b *testing.B, sync partition.SyncPolicy) ([]benchTarget, fun
 	}
 	b.Cleanup(kf.Close)
 	targets := []benchTarget{{"groupd", a.Addr()}, {"kfake", kf.ListenAddrs()[0]}}
-	return targets, func(name string) { settle(b, a, name) }
+	groupds := map[string]*app.App{"groupd": a}
+	if t, with := httpSideTarget(b, sync); with != nil {
+		targets = append(targets, t)
+		groupds[t.name] = with
+	}
+	return targets, func(name string) { settle(b, groupds, name) }
 }
 
 // settle prepares the window of the named side: it collects the garbage
-// every side left (they share this process), and unless the window is
-// groupd's own it waits until groupd's store has no fold, flush or
-// compaction running or queued. Work groupd's writes left for later is
-// groupd's cost, paid in its own next window, not in another side's.
-func settle(b *testing.B, a *app.App, name string) {
+// every side left (they share this process), and waits until the store of
+// every groupd but the one measured next has no fold, flush or compaction
+// running or queued. Work a groupd's writes left for later is its own
+// cost, paid in its own next window, not in another side's.
+func settle(b *testing.B, groupds map[string]*app.App, name string) {
 	runtime.GC()
-	if name == "groupd" {
-		return
-	}
-	for deadline := time.Now().Add(30 * time.Second); !a.StoreIdle(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Logf("groupd's store still busy after 30s; measuring %s anyway", name)
-			return
+	for other, a := range groupds {
+		if other == name {
+			continue
+		}
+		for deadline := time.Now().Add(30 * time.Second); !a.StoreIdle(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				b.Logf("%s's store still busy after 30s; measuring %s anyway", other, name)
+				break
+			}
 		}
 	}
 }
@@ -596,6 +603,7 @@ func BenchmarkRebalance1000(b *testing.B) {
 	b.ReportMetric(g, targets[0].name+"-ms")
 	b.ReportMetric(k, "kfake-ms")
 	b.ReportMetric(g/k, "ratio")
+	reportHTTPCost(b, elapsed)
 }
 
 // formGroups builds count groups of size members each, several at a time.
@@ -700,6 +708,7 @@ func reportRate(b *testing.B, name string, elapsed map[string]time.Duration, n f
 	b.ReportMetric(g, name+"-"+unit)
 	b.ReportMetric(k, "kfake-"+unit)
 	b.ReportMetric(g/k, "ratio")
+	reportHTTPCost(b, elapsed)
 }
 
 // benchmarkCommits measures simple-group OffsetCommit v9 throughput (no

@@ -378,7 +378,7 @@ func (c *groupCollector) collect(ch chan<- prometheus.Metric) bool {
 	listed, rest := pickGroups(groups, c.m.cfg.MaxGroups)
 	var restMembers, restLag int64
 	for _, g := range rest {
-		restMembers += int64(g.Members)
+		restMembers += int64(g.MemberCount)
 		if g.Lag > 0 {
 			restLag += g.Lag
 		}
@@ -389,7 +389,7 @@ func (c *groupCollector) collect(ch chan<- prometheus.Metric) bool {
 
 	ok := true
 	for _, g := range listed {
-		ch <- prometheus.MustNewConstMetric(c.members, prometheus.GaugeValue, float64(g.Members), g.Group)
+		ch <- prometheus.MustNewConstMetric(c.members, prometheus.GaugeValue, float64(g.MemberCount), g.Group)
 		if g.Lag < 0 || !ok {
 			continue
 		}
@@ -424,8 +424,8 @@ func pickGroups(groups []inspect.GroupSummary, max int) (listed, rest []inspect.
 		if a.Lag != b.Lag {
 			return a.Lag > b.Lag
 		}
-		if a.Members != b.Members {
-			return a.Members > b.Members
+		if a.MemberCount != b.MemberCount {
+			return a.MemberCount > b.MemberCount
 		}
 		return a.Group < b.Group
 	})

@@ -247,7 +247,7 @@ func (f *fakeSource) Rebalances(ctx context.Context, id string) ([]inspect.Rebal
 // group makes a group whose lag is spread over the given topics, one
 // partition each, with lag per topic.
 func group(id, state string, members int, lags map[string]int64) inspect.Group {
-	g := inspect.Group{GroupSummary: inspect.GroupSummary{Group: id, Type: inspect.TypeClassic, State: state, Members: members}}
+	g := inspect.Group{GroupSummary: inspect.GroupSummary{Group: id, Type: inspect.TypeClassic, State: state, MemberCount: members}}
 	topics := make([]string, 0, len(lags))
 	for t := range lags {
 		topics = append(topics, t)
@@ -272,7 +272,7 @@ func TestGroupGaugesAreBounded(t *testing.T) {
 	}}
 	// One group with unknown lag everywhere.
 	src.groups = append(src.groups, inspect.Group{
-		GroupSummary: inspect.GroupSummary{Group: "gone", Type: inspect.TypeConsumer, State: "Stable", Members: 4, Lag: -1},
+		GroupSummary: inspect.GroupSummary{Group: "gone", Type: inspect.TypeConsumer, State: "Stable", MemberCount: 4, Lag: -1},
 		Offsets:      []inspect.PartitionOffset{{Topic: "deleted", Committed: 3, HighWatermark: -1, Lag: -1}},
 	})
 	m := New(Config{MaxGroups: 3})

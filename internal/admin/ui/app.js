@@ -142,8 +142,11 @@ function fmtAgo(t) {
   return `${Math.floor(ms / 86400000)} d ago`;
 }
 
+// known tells a time from Go's zero time, which the API gives for none.
+function known(t) { return !!t && !t.startsWith("0001-"); }
+
 function timeCell(t) {
-  if (!t || t.startsWith("0001-")) return h("span", { class: "faint", text: "–" });
+  if (!known(t)) return h("span", { class: "faint", text: "–" });
   return h("span", { title: fmtDate(t), text: fmtAgo(t) });
 }
 
@@ -314,7 +317,7 @@ const LIST_COLUMNS = [
   { key: "state", label: "State" },
   { key: "protocol", label: "Assignor" },
   { key: "generation", label: "Gen", num: true },
-  { key: "members", label: "Members", num: true },
+  { key: "member_count", label: "Members", num: true },
   { key: "lag", label: "Lag", num: true },
   { key: "rebalances", label: "Rebalances", num: true },
   { key: "last", label: "Last rebalance" },
@@ -367,7 +370,7 @@ function fillList() {
   const gs = state.groups || [];
   let members = 0, lag = 0, rebalancing = 0, storms = 0, lagKnown = false;
   for (const g of gs) {
-    members += g.members;
+    members += g.member_count;
     if (g.lag >= 0) { lag += g.lag; lagKnown = true; }
     if (stateClass(g.state) === "warn") rebalancing++;
     if (g.last_rebalance && g.last_rebalance.storm) storms++;
@@ -405,7 +408,7 @@ function fillList() {
       h("td", {}, h("span", { class: `badge ${stateClass(g.state)}`, text: g.state })),
       h("td", { text: g.protocol || "–" }),
       h("td", { class: "num", text: fmtNum(g.generation) }),
-      h("td", { class: "num", text: fmtNum(g.members) }),
+      h("td", { class: "num", text: fmtNum(g.member_count) }),
       h("td", { class: "num" }, lagCell(g.lag, maxLag)),
       h("td", { class: "num", text: fmtNum(g.rebalances) }),
       h("td", {}, triggerBadge(r)),
@@ -477,7 +480,7 @@ function renderGroup(id) {
   const storms = rs.filter((r) => r.storm).length;
   const last = rs[rs.length - 1];
   fill($("gtiles"),
-    tile("Members", fmtNum(g.members.length)),
+    tile("Members", fmtNum(g.member_count)),
     tile("Lag", fmtNum(g.lag)),
     tile("Generation", fmtNum(g.generation)),
     tile("Assignor", g.protocol || "–", false, true),
@@ -661,14 +664,16 @@ function drawDetail(r, byId) {
   // Rows: the rebalance, the members it waited for, the moved partitions.
   const rows = [{ kind: "span", label: "rebalance", a: start, b: end }];
   waits.forEach((w, i) => rows.push({ kind: i === 0 && w.waited_ms > 0 ? "straggler" : "wait", label: `waited: ${memberName(w.member, byId)}`, a: start, b: start + w.waited_ms, note: fmtMs(w.waited_ms), title: w.member }));
-  // A partition's pause ends when its new owner has it, at the latest
-  // when the rebalance ends; it began when the old owner let it go (or
-  // was last heard from), which can be before the rebalance started.
-  pauses.forEach((mv) => rows.push({
-    kind: "pause", label: `${mv.topic}[${mv.partition}]`, a: end - mv.pause_ms, b: end,
-    note: `${memberName(mv.from, byId)} → ${memberName(mv.to, byId)} · ${fmtMs(mv.pause_ms)}${mv.commit_gap > 0 ? ` · gap ${fmtNum(mv.commit_gap)}` : ""}`,
-    title: `${mv.topic} partition ${mv.partition}\nfrom ${mv.from || "nobody"}\nto ${mv.to || "nobody"}\npaused ${fmtMs(mv.pause_ms)}, commit gap ${fmtNum(mv.commit_gap)}`,
-  }));
+  pauses.forEach((mv) => {
+    const [a, b] = pauseSpan(mv, end);
+    rows.push({
+      kind: "pause", label: `${mv.topic}[${mv.partition}]`, a, b,
+      note: `${memberName(mv.from, byId)} → ${memberName(mv.to, byId)} · ${fmtMs(mv.pause_ms)}${mv.commit_gap > 0 ? ` · gap ${fmtNum(mv.commit_gap)}` : ""}`,
+      title: `${mv.topic} partition ${mv.partition}\nfrom ${mv.from || "nobody"}\nto ${mv.to || "nobody"}\n` +
+        `released ${fmtClock(a, true)}, received ${mv.to && known(mv.assigned_at) ? fmtClock(b, true) : "by nobody"}\n` +
+        `paused ${fmtMs(mv.pause_ms)}, commit gap ${fmtNum(mv.commit_gap)}`,
+    });
+  });
 
   const W = chartWidth(box), rowH = 18;
   const m = { l: 170, r: 330, t: 8, b: 24 };
@@ -713,6 +718,16 @@ function drawDetail(r, byId) {
     head, chart,
     extra.length ? h("p", { class: "note", text: `Not drawn: ${extra.join(", ")}.` }) : null,
     moved.length ? movedTable(moved, byId) : h("p", { class: "note", text: "No partition changed owner." }));
+}
+
+// pauseSpan is a moved partition's pause on the time axis: from when its
+// old owner let it go (or was last heard from), which can be before the
+// rebalance started, until its new owner received it. A partition nobody
+// received is drawn paused until end.
+function pauseSpan(mv, end) {
+  const b = known(mv.assigned_at) ? new Date(mv.assigned_at).getTime() : end;
+  const a = known(mv.released_at) ? new Date(mv.released_at).getTime() : b - mv.pause_ms;
+  return [a, Math.max(a, b)];
 }
 
 function clip(t, n) { return t.length > n ? `${t.slice(0, n - 1)}…` : t; }
@@ -761,7 +776,7 @@ function fillMembers(g, last) {
   const head = h("thead", {}, h("tr", {}, ["Client id", "Member id", "Host", "Assignment", "Last heartbeat"].map((c) => h("th", { text: c }))));
   const members = [...g.members].sort((a, b) => (a.client_id || "").localeCompare(b.client_id || "") || a.member_id.localeCompare(b.member_id));
   const rows = members.map((m) => {
-    const hbAge = m.last_heartbeat && !m.last_heartbeat.startsWith("0001-") ? Date.now() - new Date(m.last_heartbeat).getTime() : -1;
+    const hbAge = known(m.last_heartbeat) ? Date.now() - new Date(m.last_heartbeat).getTime() : -1;
     const late = m.session_timeout_ms > 0 && hbAge > m.session_timeout_ms / 2;
     return h("tr", { "data-member": m.member_id },
       h("td", {}, m.client_id || h("span", { class: "faint", text: "–" }),
