@@ -46,11 +46,6 @@ func newPoller(s *Server) (poller, error) {
 	return p, nil
 }
 
-// maxPollerWait bounds each wait of the poller. It only matters if a
-// readiness notification of the epoll descriptor were ever lost: the
-// parked connections would then wait at most this long.
-const maxPollerWait = time.Second
-
 const parkEvents = syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT
 
 func (p *epoller) arm(c *conn, fd int) error {
@@ -86,9 +81,13 @@ func (p *epoller) run(rc syscall.RawConn) {
 	var ready []uint32
 	idle := p.srv.cfg.IdleTimeout
 	sweepAt := time.Now().Add(sweepInterval(idle))
-	trimAt := time.Now().Add(time.Second)
+	// The poller wakes at least every tick, to let idle runners go; were
+	// a readiness notification of the epoll descriptor ever lost, parked
+	// connections would also wait at most this long.
+	tick := p.srv.pollerTick
+	trimAt := time.Now().Add(tick)
 	for {
-		wakeAt := time.Now().Add(maxPollerWait)
+		wakeAt := time.Now().Add(tick)
 		if idle > 0 && sweepAt.Before(wakeAt) {
 			wakeAt = sweepAt
 		}
@@ -122,7 +121,7 @@ func (p *epoller) run(rc syscall.RawConn) {
 		}
 		if now := time.Now(); !now.Before(trimAt) {
 			p.srv.trimRunners()
-			trimAt = now.Add(time.Second)
+			trimAt = now.Add(tick)
 		}
 		if idle > 0 && !time.Now().Before(sweepAt) {
 			p.conns.sweep(p.srv.now(), idle)

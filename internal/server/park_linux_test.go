@@ -39,6 +39,7 @@ func newParkEnv(t *testing.T, cfg Config, parkAfter time.Duration) *parkEnv {
 	cfg.Logger = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e.srv = New(cfg)
 	e.srv.parkAfter = parkAfter
+	e.srv.pollerTick = 20 * time.Millisecond
 	go func() { e.done <- e.srv.Serve(ln) }()
 	t.Cleanup(func() {
 		e.shutdown()
@@ -176,7 +177,7 @@ func TestSparseConnectionsParkAtOnce(t *testing.T) {
 	}
 	defer func() { testHookParked = nil }()
 	// Long enough that requests sent back to back come back sooner.
-	e := newParkEnv(t, Config{}, 200*time.Millisecond)
+	e := newParkEnv(t, Config{}, 500*time.Millisecond)
 	conns := e.dial(1)
 	parked := func() []bool {
 		mu.Lock()
@@ -239,7 +240,7 @@ func TestIdleRunnersAreBoundedAndTrimmed(t *testing.T) {
 		e.waitFor("every connection to park", func() bool { _, parked := e.counts(); return parked == 100 })
 		// The goroutines of parked connections wait for others to
 		// resume, up to maxIdleRunners of them, and the poller lets half
-		// of them go every second.
+		// of them go every pollerTick.
 		e.waitFor("the idle runners to go", func() bool {
 			n := e.srv.idleRunners.Load()
 			if n > maxIdleRunners {

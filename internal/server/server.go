@@ -157,7 +157,9 @@ type Server struct {
 	poll         poller
 	pollerFailed atomic.Bool
 	// resumed hands a connection to an idle runner; idleRunners counts
-	// them (run).
+	// them (run). Each pollerTick the poller lets half of them go; tests
+	// shorten it.
+	pollerTick  time.Duration
 	resumed     chan *conn
 	idleRunners atomic.Int32
 	closeOnce   sync.Once
@@ -200,16 +202,17 @@ func New(cfg Config) *Server {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		obs:       cfg.Observer,
-		now:       time.Now,
-		parkAfter: DefaultParkAfter,
-		resumed:   make(chan *conn),
-		ctx:       ctx,
-		cancel:    cancel,
-		listeners: make(map[net.Listener]struct{}),
-		conns:     make(map[*conn]struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		obs:        cfg.Observer,
+		now:        time.Now,
+		parkAfter:  DefaultParkAfter,
+		pollerTick: time.Second,
+		resumed:    make(chan *conn),
+		ctx:        ctx,
+		cancel:     cancel,
+		listeners:  make(map[net.Listener]struct{}),
+		conns:      make(map[*conn]struct{}),
 	}
 	s.sleep = s.sleepUnlessClosing
 	return s
@@ -338,7 +341,7 @@ func (s *Server) closePoller() {
 // resume. A goroutine that served a connection until it parked or closed
 // waits for another, so that resuming a connection costs a hand-off
 // rather than a new goroutine whose stack grows again; the poller lets
-// half of the idle ones go every second.
+// half of the idle ones go every pollerTick.
 const maxIdleRunners = 64
 
 // start gives c a goroutine: an idle runner, or a new one.
