@@ -131,7 +131,7 @@ func (c *conn) unpark(woken bool) bool {
 	}
 	c.park.mu.Unlock()
 	if parked {
-		c.srv.start(c)
+		go c.serve()
 	}
 	return parked
 }
@@ -147,7 +147,7 @@ func (c *conn) expireIfIdle(now time.Time, idle time.Duration) {
 	c.park.parked = false
 	c.park.expired.Store(true)
 	c.park.mu.Unlock()
-	c.srv.start(c)
+	go c.serve()
 }
 
 // forget tells the poller the connection is closing.

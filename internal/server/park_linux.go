@@ -46,6 +46,11 @@ func newPoller(s *Server) (poller, error) {
 	return p, nil
 }
 
+// maxPollerWait bounds each wait of the poller. It only matters if a
+// readiness notification of the epoll descriptor were ever lost: the
+// parked connections would then wait at most this long.
+const maxPollerWait = time.Second
+
 const parkEvents = syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT
 
 func (p *epoller) arm(c *conn, fd int) error {
@@ -81,13 +86,8 @@ func (p *epoller) run(rc syscall.RawConn) {
 	var ready []uint32
 	idle := p.srv.cfg.IdleTimeout
 	sweepAt := time.Now().Add(sweepInterval(idle))
-	// The poller wakes at least every tick, to let idle runners go; were
-	// a readiness notification of the epoll descriptor ever lost, parked
-	// connections would also wait at most this long.
-	tick := p.srv.pollerTick
-	trimAt := time.Now().Add(tick)
 	for {
-		wakeAt := time.Now().Add(tick)
+		wakeAt := time.Now().Add(maxPollerWait)
 		if idle > 0 && sweepAt.Before(wakeAt) {
 			wakeAt = sweepAt
 		}
@@ -118,10 +118,6 @@ func (p *epoller) run(rc syscall.RawConn) {
 			if c := p.conns.get(id); c != nil {
 				c.unpark(true)
 			}
-		}
-		if now := time.Now(); !now.Before(trimAt) {
-			p.srv.trimRunners()
-			trimAt = now.Add(tick)
 		}
 		if idle > 0 && !time.Now().Before(sweepAt) {
 			p.conns.sweep(p.srv.now(), idle)

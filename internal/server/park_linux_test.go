@@ -39,7 +39,6 @@ func newParkEnv(t *testing.T, cfg Config, parkAfter time.Duration) *parkEnv {
 	cfg.Logger = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e.srv = New(cfg)
 	e.srv.parkAfter = parkAfter
-	e.srv.pollerTick = 20 * time.Millisecond
 	go func() { e.done <- e.srv.Serve(ln) }()
 	t.Cleanup(func() {
 		e.shutdown()
@@ -229,27 +228,5 @@ func TestParkedConnectionsAreClosedWhenIdle(t *testing.T) {
 	}
 	if strings.Contains(e.logs.String(), "level=WARN") {
 		t.Fatalf("warnings: %s", e.logs.String())
-	}
-}
-
-func TestIdleRunnersAreBoundedAndTrimmed(t *testing.T) {
-	e := newParkEnv(t, Config{}, time.Millisecond)
-	conns := e.dial(100)
-	for range 2 {
-		exchange(t, conns, "idle")
-		e.waitFor("every connection to park", func() bool { _, parked := e.counts(); return parked == 100 })
-		// The goroutines of parked connections wait for others to
-		// resume, up to maxIdleRunners of them, and the poller lets half
-		// of them go every pollerTick.
-		e.waitFor("the idle runners to go", func() bool {
-			n := e.srv.idleRunners.Load()
-			if n > maxIdleRunners {
-				t.Fatalf("%d idle runners", n)
-			}
-			return n == 0
-		})
-		if n := serving(); n != 0 {
-			t.Fatalf("%d goroutines serve parked connections", n)
-		}
 	}
 }

@@ -156,13 +156,6 @@ type Server struct {
 	pollerOnce   sync.Once
 	poll         poller
 	pollerFailed atomic.Bool
-	// resumed hands a connection to an idle runner; idleRunners counts
-	// them (run). Each pollerTick the poller lets half of them go; tests
-	// shorten it.
-	pollerTick  time.Duration
-	resumed     chan *conn
-	idleRunners atomic.Int32
-	closeOnce   sync.Once
 
 	// ctx is cancelled when shutdown begins, so that handlers parked on a
 	// long poll (a fetch at the log end) return early.
@@ -202,17 +195,15 @@ func New(cfg Config) *Server {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		cfg:        cfg,
-		log:        cfg.Logger,
-		obs:        cfg.Observer,
-		now:        time.Now,
-		parkAfter:  DefaultParkAfter,
-		pollerTick: time.Second,
-		resumed:    make(chan *conn),
-		ctx:        ctx,
-		cancel:     cancel,
-		listeners:  make(map[net.Listener]struct{}),
-		conns:      make(map[*conn]struct{}),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		obs:       cfg.Observer,
+		now:       time.Now,
+		parkAfter: DefaultParkAfter,
+		ctx:       ctx,
+		cancel:    cancel,
+		listeners: make(map[net.Listener]struct{}),
+		conns:     make(map[*conn]struct{}),
 	}
 	s.sleep = s.sleepUnlessClosing
 	return s
@@ -292,7 +283,7 @@ func (s *Server) admit(nc net.Conn) error {
 	if s.obs != nil {
 		s.obs.ConnectionOpened()
 	}
-	s.start(c)
+	go c.serve()
 	return nil
 }
 
@@ -325,59 +316,11 @@ func (s *Server) poller() poller {
 	return s.poll
 }
 
-// closePoller stops the poller and the idle runners once no connection
-// is left.
+// closePoller stops the poller once no connection is left.
 func (s *Server) closePoller() {
 	s.pollerOnce.Do(func() {}) // none made after this
-	s.closeOnce.Do(func() {
-		if s.poll != nil {
-			s.poll.close()
-		}
-		close(s.resumed)
-	})
-}
-
-// maxIdleRunners bounds the goroutines kept waiting for a connection to
-// resume. A goroutine that served a connection until it parked or closed
-// waits for another, so that resuming a connection costs a hand-off
-// rather than a new goroutine whose stack grows again; the poller lets
-// half of the idle ones go every pollerTick.
-const maxIdleRunners = 64
-
-// start gives c a goroutine: an idle runner, or a new one.
-func (s *Server) start(c *conn) {
-	select {
-	case s.resumed <- c:
-	default:
-		go s.run(c)
-	}
-}
-
-// run serves c, then the connections handed to it while it waits idle.
-// Only where connections park do runners wait.
-func (s *Server) run(c *conn) {
-	for c != nil {
-		c.serve()
-		if s.poller() == nil {
-			return
-		}
-		if s.idleRunners.Add(1) > maxIdleRunners {
-			s.idleRunners.Add(-1)
-			return
-		}
-		c = <-s.resumed // nil: let go, or the server is done
-		s.idleRunners.Add(-1)
-	}
-}
-
-// trimRunners lets half of the idle runners go, the last one too.
-func (s *Server) trimRunners() {
-	for n := (s.idleRunners.Load() + 1) / 2; n > 0; n-- {
-		select {
-		case s.resumed <- nil:
-		default:
-			return
-		}
+	if s.poll != nil {
+		s.poll.close()
 	}
 }
 
