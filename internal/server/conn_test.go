@@ -73,14 +73,7 @@ func TestPipelinedBriefRepliesShareAWrite(t *testing.T) {
 }
 
 func TestMaxInFlightBoundsTheRepliesWaiting(t *testing.T) {
-	waiting := make(chan struct{}, 1)
-	testHookReplyRoomWait = func() {
-		select {
-		case waiting <- struct{}{}:
-		default:
-		}
-	}
-	defer func() { testHookReplyRoomWait = nil }()
+	waiting := watchReplyRoomWaits(t)
 	e := newTestEnv(t, Config{MaxInFlight: 2})
 	_, c := e.dial(0)
 	var b []byte

@@ -518,14 +518,7 @@ func TestPanicWhileWaitingClosesItsConnection(t *testing.T) {
 }
 
 func TestLargeRepliesAreHeldOneAtATime(t *testing.T) {
-	waiting := make(chan struct{}, 1)
-	testHookReplyRoomWait = func() {
-		select {
-		case waiting <- struct{}{}:
-		default:
-		}
-	}
-	defer func() { testHookReplyRoomWait = nil }()
+	waiting := watchReplyRoomWaits(t)
 	e := newTestEnv(t, Config{})
 	// The client reads nothing yet, so the 2 MiB reply stays unwritten.
 	_, c := e.dial(64 << 10)
@@ -578,4 +571,19 @@ func TestReplyBufferDoesNotPinLargeReplies(t *testing.T) {
 			t.Fatalf("a %d byte buffer went back to the pool", cap(*b))
 		}
 	}
+}
+
+// watchReplyRoomWaits returns a channel that holds a value once a reader
+// has waited for reply room (testHookReplyRoomWait) since it was last
+// drained.
+func watchReplyRoomWaits(t *testing.T) <-chan struct{} {
+	waiting := make(chan struct{}, 1)
+	testHookReplyRoomWait = func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
+	t.Cleanup(func() { testHookReplyRoomWait = nil })
+	return waiting
 }

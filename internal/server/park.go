@@ -206,15 +206,21 @@ func (pc *parkedConns) get(id uint32) *conn {
 	return pc.conns[id]
 }
 
-// unparkAll gives every parked connection a goroutine again.
-func (pc *parkedConns) unparkAll() {
+// all returns the connections the poller knows, to be called outside pc.mu
+// (unpark and expireIfIdle take a connection's lock).
+func (pc *parkedConns) all() []*conn {
 	pc.mu.Lock()
+	defer pc.mu.Unlock()
 	conns := make([]*conn, 0, len(pc.conns))
 	for _, c := range pc.conns {
 		conns = append(conns, c)
 	}
-	pc.mu.Unlock()
-	for _, c := range conns {
+	return conns
+}
+
+// unparkAll gives every parked connection a goroutine again.
+func (pc *parkedConns) unparkAll() {
+	for _, c := range pc.all() {
 		c.unpark(false)
 	}
 }
@@ -224,13 +230,7 @@ func (pc *parkedConns) sweep(now time.Time, idle time.Duration) {
 	if idle <= 0 {
 		return
 	}
-	pc.mu.Lock()
-	conns := make([]*conn, 0, len(pc.conns))
-	for _, c := range pc.conns {
-		conns = append(conns, c)
-	}
-	pc.mu.Unlock()
-	for _, c := range conns {
+	for _, c := range pc.all() {
 		c.expireIfIdle(now, idle)
 	}
 }
