@@ -33,13 +33,13 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 	req := r.Msg.(*kmsg.FetchRequest)
 	resp := req.ResponseKind().(*kmsg.FetchResponse)
 
-	// Fetch sessions (KIP-227) are not kept: session id 0 tells the client
-	// to send full requests. A client naming a session gets the error a
-	// broker gives for one it no longer has.
-	if req.SessionID != 0 {
-		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
-		return resp, nil
+	// Fetch sessions (KIP-227, fetch_session.go) decide which partitions
+	// are read, and, once they are, which of them the reply carries.
+	entries, session := h.beginFetchSession(r, req, resp)
+	if session == nil {
+		return resp, nil // refused with a session error
 	}
+	defer h.finishFetchSession(session, resp)
 
 	var (
 		targets  []fetchTarget
@@ -50,7 +50,7 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 		t        *broker.Topic
 		topicErr error
 	)
-	for _, e := range fetchEntries(req) {
+	for _, e := range entries {
 		rt, rp := &req.Topics[e.topic], e.part
 		// As in Kafka, partitions are answered in the order they were
 		// first named, and only consecutive partitions of one topic share

@@ -43,6 +43,7 @@ type reply struct {
 }
 
 type conn struct {
+	id      uint64 // Request.Conn
 	srv     *Server
 	nc      net.Conn
 	br      *bufio.Reader
@@ -107,6 +108,9 @@ func (c *conn) serve() {
 		c.srv.mu.Unlock()
 		if c.srv.obs != nil {
 			c.srv.obs.ConnectionClosed()
+		}
+		if cc, ok := c.srv.cfg.Handler.(ConnCloser); ok {
+			cc.ConnClosed(c.id)
 		}
 	}()
 	c.log = c.srv.log.With("remote", c.nc.RemoteAddr().String())
@@ -311,7 +315,7 @@ func (c *conn) serveRequest(frame []byte, start time.Time) (ok bool) {
 		c.observe(hdr, start, errStopped)
 		return false
 	}
-	resp, err := c.srv.cfg.Handler.Handle(c.srv.ctx, &Request{Header: hdr, Msg: req, Remote: c.nc.RemoteAddr()})
+	resp, err := c.srv.cfg.Handler.Handle(c.srv.ctx, &Request{Header: hdr, Msg: req, Remote: c.nc.RemoteAddr(), Conn: c.id})
 	w := replyWeight(resp)
 	if w > 0 {
 		c.pendingBytes.Add(w)
