@@ -82,7 +82,12 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			}
 		}
-		anyError = anyError || sp.ErrorCode != 0
+		// As in Kafka, a topic or partition the broker does not know is
+		// answered without cutting the others' wait short (KafkaApis
+		// leaves it out of the read): a session still holding a deleted
+		// topic must not turn its consumer's long poll into a busy loop.
+		// An error reading a known partition answers at once.
+		anyError = anyError || (sp.ErrorCode != 0 && topicErr == nil && sp.ErrorCode != kerr.UnknownTopicOrPartition.Code)
 		if l != nil {
 			targets = append(targets, fetchTarget{ti: len(resp.Topics) - 1, pi: len(st.Partitions), log: l, offset: rp.FetchOffset, max: rp.PartitionMaxBytes})
 		}
