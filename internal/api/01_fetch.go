@@ -50,6 +50,7 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 		t        *broker.Topic
 		topicErr error
 	)
+	targets = make([]fetchTarget, 0, len(entries))
 	for _, e := range entries {
 		rt, rp := &req.Topics[e.topic], e.part
 		// As in Kafka, partitions are answered in the order they were
@@ -58,6 +59,9 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 		if n := len(resp.Topics); n == 0 || resp.Topics[n-1].Topic != rt.Topic || resp.Topics[n-1].TopicID != rt.TopicID {
 			st := kmsg.NewFetchResponseTopic()
 			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			// Sized once: a response partition is large, and a topic may
+			// have thousands.
+			st.Partitions = make([]kmsg.FetchResponseTopicPartition, 0, len(rt.Partitions))
 			resp.Topics = append(resp.Topics, st)
 		}
 		st := &resp.Topics[len(resp.Topics)-1]
@@ -96,19 +100,22 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 
 	wait := min(time.Duration(req.MaxWaitMillis)*time.Millisecond, maxFetchWait)
 	var deadline <-chan time.Time
+	var waits []<-chan struct{}
 	for {
-		// Take the wake-up channels before reading, so an append between
-		// the read and the wait is not missed.
-		var waits []<-chan struct{}
-		if wait > 0 {
+		total, hadError := h.fetchRead(req, resp, targets)
+		if total >= int(req.MinBytes) || hadError || anyError || wait <= 0 || len(targets) == 0 {
+			return resp, nil
+		}
+		if waits == nil {
+			// About to wait: take the wake-up channels and read again, so
+			// an append between the read and the wait is not missed. A
+			// fetch answered by its first read (a consumer that is
+			// behind, or one of a thousand partitions) takes none.
 			waits = make([]<-chan struct{}, len(targets))
 			for i, t := range targets {
 				waits[i] = t.log.Wait()
 			}
-		}
-		total, hadError := h.fetchRead(req, resp, targets)
-		if total >= int(req.MinBytes) || hadError || anyError || wait <= 0 || len(targets) == 0 {
-			return resp, nil
+			continue
 		}
 		if deadline == nil {
 			timer := time.NewTimer(wait)
@@ -117,6 +124,9 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 		}
 		if !waitAny(ctx, deadline, waits) {
 			return resp, nil
+		}
+		for i, t := range targets {
+			waits[i] = t.log.Wait()
 		}
 	}
 }
