@@ -491,3 +491,54 @@ func TestFetchLibrdkafka(t *testing.T) {
 	}
 	t.Logf("librdkafka: first member read %d of %d records of rd; fetches %+v", first, n, st)
 }
+
+// TestNodeID: the id given with --node-id is the broker, leader,
+// controller and coordinator every response names, and clients work
+// with it.
+func TestNodeID(t *testing.T) {
+	a := startServer(t, t.TempDir(), fastGroups, func(c *app.Config) { c.NodeID = 7 })
+	createTopic(t, a.Addr(), "node", 2)
+	cl := newClient(t, a.Addr())
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	md, err := adm.Metadata(ctx, "node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(md.Brokers) != 1 || md.Brokers[0].NodeID != 7 || md.Controller != 7 {
+		t.Fatalf("metadata brokers %+v controller %d", md.Brokers, md.Controller)
+	}
+	for _, p := range md.Topics["node"].Partitions {
+		if p.Leader != 7 || len(p.Replicas) != 1 || p.Replicas[0] != 7 || len(p.ISR) != 1 || p.ISR[0] != 7 {
+			t.Fatalf("partition %+v", p)
+		}
+	}
+	dc := kmsg.NewPtrDescribeClusterRequest()
+	resp, err := dc.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.ErrorCode != 0 || resp.ControllerID != 7 || len(resp.Brokers) != 1 || resp.Brokers[0].NodeID != 7 || resp.Brokers[0].Host+":"+strconv.Itoa(int(resp.Brokers[0].Port)) != a.Advertised() {
+		t.Fatalf("DescribeCluster: %+v", resp)
+	}
+	dc.EndpointType = 2 // a controller's
+	if resp, err := dc.RequestWith(ctx, cl); err != nil || resp.ErrorCode != kerr.MismatchedEndpointType.Code {
+		t.Fatalf("DescribeCluster to a controller endpoint: %v %+v", err, resp)
+	}
+	// A group member finds its coordinator by the id and reads its records.
+	produceKeyed(t, cl, "node", 20)
+	member := newClient(t, a.Addr(), kgo.ConsumerGroup("node-group"), kgo.ConsumeTopics("node"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	n := 0
+	for n < 20 {
+		fs := member.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of 20 records", n)
+		}
+		n += fs.NumRecords()
+	}
+	groups, err := adm.DescribeGroups(ctx, "node-group")
+	if err != nil || groups["node-group"].Coordinator.NodeID != 7 {
+		t.Fatalf("coordinator of node-group: %+v %v", groups["node-group"].Coordinator, err)
+	}
+}
