@@ -190,6 +190,12 @@ func Start(cfg Config) (*App, error) {
 	a := &App{broker: b, store: st, coord: coord, srv: srv, ln: ln, handler: handler, adv: net.JoinHostPort(host, strconv.Itoa(int(port))),
 		done: make(chan error, 2), stopped: make(chan struct{})}
 	if m != nil {
+		m.WatchFetchSessions(func() metrics.FetchSessionStats {
+			st := handler.FetchSessions()
+			return metrics.FetchSessionStats{Sessions: st.Sessions, Partitions: st.Partitions, Created: st.Created, Evicted: st.Evicted}
+		})
+	}
+	if m != nil {
 		// The coordinator is what the admin API, the page and the group
 		// gauges read. While its shards load it answers with an error
 		// matching inspect.ErrUnavailable, which the API serves as 503.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -82,7 +83,7 @@ func topicID(t *testing.T, addr, topic string) [16]byte {
 // opened, read incrementally with only changed partitions in the replies,
 // refused at a stale epoch, and freed when its connection closes.
 func TestFetchSessionsOverTCP(t *testing.T) {
-	a := startServer(t, t.TempDir())
+	a := startServer(t, t.TempDir(), func(c *app.Config) { c.HTTPListen = "127.0.0.1:0" })
 	createTopic(t, a.Addr(), "s", 4)
 	id := topicID(t, a.Addr(), "s")
 	cl := newClient(t, a.Addr(), kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -168,6 +169,18 @@ func TestFetchSessionsOverTCP(t *testing.T) {
 				t.Fatalf("session of a closed connection: error %d", r.ErrorCode)
 			}
 		})
+	}
+	// The cache's counters are on /metrics.
+	resp, err := http.Get("http://" + a.HTTPAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{"\ngroupd_fetch_sessions 0\n", "\ngroupd_fetch_sessions_created_total 3\n", "\ngroupd_fetch_session_evictions_total 0\n"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", strings.TrimSpace(want))
+		}
 	}
 }
 
