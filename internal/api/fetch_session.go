@@ -3,6 +3,7 @@ package api
 import (
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/groupd/groupd/internal/fetchsession"
@@ -55,6 +56,7 @@ func (h *Handler) beginFetchSession(r *server.Request, req *kmsg.FetchRequest, r
 	f := h.sessions.Begin(time.Now(), sr)
 	switch f.Kind {
 	case fetchsession.Failed:
+		h.log.Debug("fetch session refused", "remote", r.Remote.String(), "session", sr.SessionID, "epoch", sr.Epoch, "err", kerr.ErrorForCode(f.ErrorCode))
 		resp.ErrorCode = f.ErrorCode
 		return nil, nil
 	case fetchsession.Incremental:
