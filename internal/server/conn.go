@@ -52,6 +52,7 @@ type reply struct {
 // small read buffer; with nothing in flight for a while it parks
 // (park.go) and holds neither a goroutine nor a buffer.
 type conn struct {
+	id  uint64 // Request.Conn
 	srv *Server
 	nc  net.Conn
 	fr  frameReader
@@ -156,6 +157,9 @@ func (c *conn) serve() {
 	c.srv.mu.Unlock()
 	if c.srv.obs != nil {
 		c.srv.obs.ConnectionClosed()
+	}
+	if cc, ok := c.srv.cfg.Handler.(ConnCloser); ok {
+		cc.ConnClosed(c.id)
 	}
 	c.srv.wg.Done()
 }
@@ -404,7 +408,7 @@ func (c *conn) serveRequest(frame []byte, start time.Time) (ok bool) {
 		c.observe(hdr, start, errStopped)
 		return false
 	}
-	resp, err := c.srv.cfg.Handler.Handle(c.srv.ctx, &Request{Header: hdr, Msg: req, Remote: c.nc.RemoteAddr()})
+	resp, err := c.srv.cfg.Handler.Handle(c.srv.ctx, &Request{Header: hdr, Msg: req, Remote: c.nc.RemoteAddr(), Conn: c.id})
 	c.respond(reply{hdr: hdr, resp: resp, err: err, start: start, weight: replyWeight(resp)})
 	return true
 }

@@ -47,6 +47,16 @@ type Request struct {
 	Header Header
 	Msg    kmsg.Request
 	Remote net.Addr
+	// Conn identifies the connection the request came on; no two
+	// connections of a Server share it.
+	Conn uint64
+}
+
+// ConnCloser is implemented by a Handler that keeps state per connection
+// (fetch sessions): ConnClosed is called once when connection conn has
+// closed, after its last request was handled.
+type ConnCloser interface {
+	ConnClosed(conn uint64)
 }
 
 // Handler answers requests. Implementations must be safe for concurrent use.
@@ -171,6 +181,9 @@ type Server struct {
 	conns     map[*conn]struct{}
 	closing   bool
 	wg        sync.WaitGroup
+
+	// lastConnID is the id of the connection accepted last (under mu).
+	lastConnID uint64
 }
 
 // New returns a Server; call Serve with a listener to start it.
@@ -277,6 +290,8 @@ func (s *Server) admit(nc net.Conn) error {
 		return nil
 	}
 	c := newConn(s, nc)
+	s.lastConnID++
+	c.id = s.lastConnID
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
