@@ -43,7 +43,10 @@ type serverRangeAssignor struct{}
 func (serverRangeAssignor) Name() string { return "range" }
 
 func (serverRangeAssignor) Assign(members []Member, topics map[string]int32) Assignment {
-	l := newLayout(members, topics)
+	return serverRange(newLayout(members, topics))
+}
+
+func serverRange(l *layout) Assignment {
 	nm, nt := len(l.members), len(l.names)
 	owner := make([]int32, l.nparts)
 	prev := make([]int32, l.nparts)

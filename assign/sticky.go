@@ -393,18 +393,34 @@ func (e *engine) solveGeneral() {
 			*cntAt(o, t)++
 		}
 	}
+	fstart, free := e.freeByTopic()
+	if !e.placeFree(cntAt, fstart, free) {
+		e.fillGreedy(sstart, slist, cntAt, fstart, free)
+	}
+	e.repair(subsOf, cntAt, len(free) == 0)
+}
 
-	free := false
-	for _, o := range e.owner {
-		if o == noOwner {
-			free = true
-			break
+// freeByTopic lists the partitions nobody keeps, ascending: those of topic
+// t are free[fstart[t]:fstart[t+1]].
+func (e *engine) freeByTopic() (fstart, free []int32) {
+	l := e.l
+	nt := len(l.names)
+	fstart = make([]int32, nt+1)
+	free = make([]int32, 0, l.nparts)
+	for t := range nt {
+		for p := l.base[t]; p < l.base[t+1]; p++ {
+			if e.owner[p] == noOwner {
+				free = append(free, p)
+			}
 		}
+		fstart[t+1] = int32(len(free))
 	}
-	if !e.placeFree(cntAt) {
-		e.fillGreedy(sstart, slist, cntAt)
-	}
-	e.repair(subsOf, cntAt, !free)
+	return fstart, free
+}
+
+// give hands free partition p to member m.
+func (e *engine) give(p, m int32) {
+	e.owner[p] = m
 }
 
 // placeFree deals the partitions nobody keeps.
@@ -426,22 +442,11 @@ func (e *engine) solveGeneral() {
 // first, which balances the members of a class to within one.
 //
 // It reports false, placing nothing, when most classes would be single
-// members; the caller then uses fillGreedy.
-func (e *engine) placeFree(cntAt func(int32, int32) *int32) bool {
+// members; the caller then uses fillGreedy. fstart and free are
+// freeByTopic's lists.
+func (e *engine) placeFree(cntAt func(int32, int32) *int32, fstart, free []int32) bool {
 	l := e.l
 	nm, nt := e.nm, len(l.names)
-
-	// Free partitions per topic, in partition order.
-	fstart := make([]int32, nt+1)
-	free := make([]int32, 0, l.nparts)
-	for t := range nt {
-		for p := l.base[t]; p < l.base[t+1]; p++ {
-			if e.owner[p] == noOwner {
-				free = append(free, p)
-			}
-		}
-		fstart[t+1] = int32(len(free))
-	}
 	if len(free) == 0 {
 		return true
 	}
@@ -644,7 +649,7 @@ func (e *engine) placeFree(cntAt func(int32, int32) *int32) bool {
 				}
 				p := free[cursor[t]]
 				cursor[t]++
-				e.owner[p] = m
+				e.give(p, m)
 				e.load[m]++
 				need[m]--
 				*cntAt(m, t)++
@@ -778,11 +783,9 @@ func (e *engine) repair(subsOf func(int32) []int32, cntAt func(int32, int32) *in
 	epoch := int32(0)
 	hi := newLoadHeap(e.load, true)
 	lo := newLoadHeap(e.load, false)
-	for m := range nm {
-		hi.push(int32(m))
-		if direct {
-			lo.push(int32(m))
-		}
+	hi.pushAll(nm)
+	if direct {
+		lo.pushAll(nm)
 	}
 	n, nm64 := int64(l.nparts), int64(nm)
 
@@ -899,7 +902,7 @@ func (e *engine) repair(subsOf func(int32) []int32, cntAt func(int32, int32) *in
 // behind and the repair with a great deal to do. It is the placement for
 // groups whose subscriptions are mostly distinct, where placeFree's classes
 // would be single members.
-func (e *engine) fillGreedy(sstart, slist []int32, cntAt func(int32, int32) *int32) {
+func (e *engine) fillGreedy(sstart, slist []int32, cntAt func(int32, int32) *int32, fstart, free []int32) {
 	l := e.l
 	nt := len(l.names)
 	subsOf := func(t int32) []int32 { return slist[sstart[t]:sstart[t+1]] }
@@ -910,16 +913,6 @@ func (e *engine) fillGreedy(sstart, slist []int32, cntAt func(int32, int32) *int
 	slices.SortStableFunc(order, func(a, b int32) int {
 		return int(sstart[a+1]-sstart[a]) - int(sstart[b+1]-sstart[b])
 	})
-	fstart := make([]int32, nt+1)
-	free := make([]int32, 0, l.nparts)
-	for t := range nt {
-		for p := l.base[t]; p < l.base[t+1]; p++ {
-			if e.owner[p] == noOwner {
-				free = append(free, p)
-			}
-		}
-		fstart[t+1] = int32(len(free))
-	}
 	fend := append([]int32(nil), fstart[1:]...)
 	const maxRounds = 8
 	chunk := make([]int32, nt)
@@ -976,7 +969,7 @@ func (e *engine) waterFill(free, subs []int32, cand *[]int32, cntAt func(int32, 
 		}
 		cnt := cntAt(m, t)
 		for e.load[m] < target {
-			e.owner[free[fi]] = m
+			e.give(free[fi], m)
 			fi++
 			e.load[m]++
 			*cnt++
@@ -986,7 +979,7 @@ func (e *engine) waterFill(free, subs []int32, cand *[]int32, cntAt func(int32, 
 
 // movePartition moves one partition of topic t from src to dst, choosing the
 // one that costs least stickiness: preferably one dst owned before, else one
-// src did not own before, else any.
+// src did not own before, else any; the lowest such.
 func (e *engine) movePartition(t int32, src, dst int32) {
 	best, bestScore := int32(-1), -1
 	for p := e.l.base[t]; p < e.l.base[t+1]; p++ {
@@ -1050,6 +1043,15 @@ func newLoadHeap(load []int32, max bool) *loadHeap {
 func (h *loadHeap) len() int { return h.h.len() }
 
 func (h *loadHeap) push(m int32) { h.h.push(loadEntry{m, h.load[m]}) }
+
+// pushAll pushes members 0..n-1 at once.
+func (h *loadHeap) pushAll(n int) {
+	es := make([]loadEntry, n)
+	for m := range es {
+		es[m] = loadEntry{int32(m), h.load[m]}
+	}
+	h.h.fill(es)
+}
 
 // top returns the member pop would return without removing it; -1 when
 // empty.

@@ -107,11 +107,16 @@ func (l *layout) count(t int32) int32 { return l.base[t+1] - l.base[t] }
 // newLayout interns the problem. Topic names are looked up once per member
 // subscription; everything after works on integers.
 func newLayout(members []Member, topics map[string]int32) *layout {
-	l := &layout{}
 	ms := make([]*Member, len(members))
 	for i := range members {
 		ms[i] = &members[i]
 	}
+	return layoutOf(ms, topics)
+}
+
+// layoutOf is newLayout over member pointers; it may reorder ms.
+func layoutOf(ms []*Member, topics map[string]int32) *layout {
+	l := &layout{}
 	if !slices.IsSortedFunc(ms, memberLess) {
 		slices.SortStableFunc(ms, memberLess)
 	}
