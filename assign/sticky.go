@@ -116,6 +116,10 @@ type engine struct {
 	load    []int32
 	// claimed is set when some partition has a previous owner.
 	claimed bool
+	// sparse, when set, replaces owner and prev: the solver then works
+	// from the members' previous targets and records only what moves
+	// (see sparseSolve). Only solveGeneral runs in this mode.
+	sparse *sparseSolve
 	// buf backs owner, prev and claimer; release returns it to engineBufs.
 	buf []int32
 }
@@ -378,22 +382,28 @@ func (e *engine) solveGeneral() {
 	}
 
 	// 1. Keep previous owners.
-	for p, o := range e.prev {
-		if o >= 0 {
-			e.owner[p] = o
-			e.load[o]++
+	var fstart, free []int32
+	if e.sparse != nil {
+		e.sparse.keep(e.load, cntAt)
+		fstart, free = e.sparse.freeByTopic(l)
+	} else {
+		for p, o := range e.prev {
+			if o >= 0 {
+				e.owner[p] = o
+				e.load[o]++
+			}
 		}
+		t := int32(0)
+		for p, o := range e.owner {
+			for int32(p) >= l.base[t+1] {
+				t++
+			}
+			if o >= 0 {
+				*cntAt(o, t)++
+			}
+		}
+		fstart, free = e.freeByTopic()
 	}
-	t := int32(0)
-	for p, o := range e.owner {
-		for int32(p) >= l.base[t+1] {
-			t++
-		}
-		if o >= 0 {
-			*cntAt(o, t)++
-		}
-	}
-	fstart, free := e.freeByTopic()
 	if !e.placeFree(cntAt, fstart, free) {
 		e.fillGreedy(sstart, slist, cntAt, fstart, free)
 	}
@@ -420,6 +430,10 @@ func (e *engine) freeByTopic() (fstart, free []int32) {
 
 // give hands free partition p to member m.
 func (e *engine) give(p, m int32) {
+	if e.sparse != nil {
+		e.sparse.add(m, p, noOwner)
+		return
+	}
 	e.owner[p] = m
 }
 
@@ -981,6 +995,10 @@ func (e *engine) waterFill(free, subs []int32, cand *[]int32, cntAt func(int32, 
 // one that costs least stickiness: preferably one dst owned before, else one
 // src did not own before, else any; the lowest such.
 func (e *engine) movePartition(t int32, src, dst int32) {
+	if e.sparse != nil {
+		e.sparse.move(e.l, t, src, dst)
+		return
+	}
 	best, bestScore := int32(-1), -1
 	for p := e.l.base[t]; p < e.l.base[t+1]; p++ {
 		if e.owner[p] != src {
