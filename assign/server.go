@@ -69,7 +69,7 @@ func serverRange(l *layout) Assignment {
 	remain := make([]int32, nm) // quota still to fill
 	pending := make([]int32, 0, nm)
 	for t := range nt {
-		subs := subscribers(int32(t))
+		subs := subscribers.of(int32(t))
 		if len(subs) == 0 {
 			continue
 		}

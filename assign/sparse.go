@@ -8,12 +8,12 @@ import "slices"
 // After a small change nearly every partition stays where it is, yet the
 // dense solver spends most of its time filling, scanning and reading back
 // arrays as long as the partition count. In sparse mode it starts from each
-// member's load and per-topic counts, which the targets give directly, and
-// from the list of partitions nobody keeps; every decision (which class or
+// member's load and per-topic counts, which the caller takes from the
+// targets, and from the list of partitions nobody keeps; every decision (which class or
 // member takes a free partition, which chain moves what) depends only on
 // those, so the solver makes exactly the choices it makes in dense mode.
-// What moves is recorded per member, and only the members that changed get
-// a new target.
+// What moves is recorded per member (deltas), and only the members that
+// changed get a new target.
 type sparseSolve struct {
 	// lists is each member's previous target, restricted to what it may
 	// keep; rank holds the topic index of each entry, member m's entries
@@ -23,30 +23,21 @@ type sparseSolve struct {
 	roff  []int32
 	// free holds the global indexes, ascending, of the partitions no
 	// member keeps.
-	free  []int32
-	delta map[int32]*memberDelta
+	free []int32
+	// deltas[at[m]-1] is what member m gained and lost; at[m] is 0 while
+	// it has neither.
+	at     []int32
+	deltas []memberDelta
 }
 
 // memberDelta is what a member gained and lost during one solve.
 type memberDelta struct {
+	m    int32
 	got  []gotPartition
 	lost []int32 // partitions of its previous target given away
 }
 
 type gotPartition struct{ p, prev int32 } // global index, previous owner
-
-// keep loads every member with its previous target, as the dense solver's
-// first step does.
-func (s *sparseSolve) keep(load []int32, cntAt func(m, t int32) *int32) {
-	for m, list := range s.lists {
-		ranks := s.rank[s.roff[m]:s.roff[m+1]]
-		for k, x := range list {
-			n := int32(len(x.Partitions))
-			*cntAt(int32(m), ranks[k]) += n
-			load[m] += n
-		}
-	}
-}
 
 // freeByTopic is engine.freeByTopic's result, from the free list.
 func (s *sparseSolve) freeByTopic(l *layout) (fstart, free []int32) {
@@ -62,13 +53,21 @@ func (s *sparseSolve) freeByTopic(l *layout) (fstart, free []int32) {
 	return fstart, s.free
 }
 
-func (s *sparseSolve) of(m int32) *memberDelta {
-	d := s.delta[m]
-	if d == nil {
-		d = &memberDelta{}
-		s.delta[m] = d
+// find returns m's delta, nil if it has none.
+func (s *sparseSolve) find(m int32) *memberDelta {
+	if s.at[m] == 0 {
+		return nil
 	}
-	return d
+	return &s.deltas[s.at[m]-1]
+}
+
+// of returns m's delta, creating it.
+func (s *sparseSolve) of(m int32) *memberDelta {
+	if s.at[m] == 0 {
+		s.deltas = append(s.deltas, memberDelta{m: m})
+		s.at[m] = int32(len(s.deltas))
+	}
+	return &s.deltas[s.at[m]-1]
 }
 
 // add gives p, previously owned by prev, to m. A partition returning to
@@ -104,7 +103,7 @@ func (s *sparseSolve) take(m, p int32) int32 {
 func (s *sparseSolve) move(l *layout, t, src, dst int32) {
 	lo, hi := l.base[t], l.base[t+1]
 	best, fromDst := int32(-1), false
-	if d := s.delta[src]; d != nil {
+	if d := s.find(src); d != nil {
 		for _, g := range d.got {
 			if g.p < lo || g.p >= hi {
 				continue
@@ -127,7 +126,7 @@ func (s *sparseSolve) lowestKept(m, t, lo int32) int32 {
 	ranks := s.rank[s.roff[m]:s.roff[m+1]]
 	if k, ok := slices.BinarySearch(ranks, t); ok {
 		var lost []int32
-		if d := s.delta[m]; d != nil {
+		if d := s.find(m); d != nil {
 			lost = d.lost
 		}
 		for _, p := range s.lists[m][k].Partitions {
@@ -137,34 +136,4 @@ func (s *sparseSolve) lowestKept(m, t, lo int32) int32 {
 		}
 	}
 	panic("assign: solver moved a partition from a member holding none of the topic")
-}
-
-// result returns member m's new partitions as ascending global indexes
-// (base gives each topic's first index), or false if m did not change.
-func (s *sparseSolve) result(m int32, base []int32) ([]int32, bool) {
-	d := s.delta[m]
-	if d == nil || len(d.got) == 0 && len(d.lost) == 0 {
-		return nil, false
-	}
-	// The previous target walks in ascending global order, so sorted
-	// losses are skipped by a merge.
-	lost := slices.Sorted(slices.Values(d.lost))
-	ranks := s.rank[s.roff[m]:s.roff[m+1]]
-	var out []int32
-	for k, x := range s.lists[m] {
-		lo := base[ranks[k]]
-		for _, p := range x.Partitions {
-			q := lo + p
-			if len(lost) > 0 && lost[0] == q {
-				lost = lost[1:]
-				continue
-			}
-			out = append(out, q)
-		}
-	}
-	for _, g := range d.got {
-		out = append(out, g.p)
-	}
-	slices.Sort(out)
-	return out, true
 }

@@ -118,8 +118,10 @@ type engine struct {
 	claimed bool
 	// sparse, when set, replaces owner and prev: the solver then works
 	// from the members' previous targets and records only what moves
-	// (see sparseSolve). Only solveGeneral runs in this mode.
+	// (see sparseSolve). Only solveGeneral runs in this mode, and the
+	// caller fills load and cnt with what the members keep.
 	sparse *sparseSolve
+	cnt    *topicCounts
 	// buf backs owner, prev and claimer; release returns it to engineBufs.
 	buf []int32
 }
@@ -340,53 +342,13 @@ func (e *engine) keepQuota(minQ int32, extra *int32) {
 //     member two or more below another (see repair).
 func (e *engine) solveGeneral() {
 	l := e.l
-	nm, nt := e.nm, len(l.names)
-	// Per-topic subscriber lists in member order, sharing one array.
-	sstart := make([]int32, nt+1)
-	for _, s := range l.subs {
-		for _, t := range s {
-			sstart[t+1]++
-		}
-	}
-	for t := range nt {
-		sstart[t+1] += sstart[t]
-	}
-	slist := make([]int32, sstart[nt])
-	fill := append([]int32(nil), sstart[:nt]...)
-	for m, s := range l.subs {
-		for _, t := range s {
-			slist[fill[t]] = int32(m)
-			fill[t]++
-		}
-	}
-	subsOf := func(t int32) []int32 { return slist[sstart[t]:sstart[t+1]] }
-
-	// The count lookup sits in the repair's inner loop: use a dense
-	// member × topic matrix when it is small enough, else binary search
-	// each member's sorted subscription.
-	var cntAt func(m int32, t int32) *int32
-	if nm*nt <= 1<<22 {
-		dense := make([]int32, nm*nt)
-		cntAt = func(m int32, t int32) *int32 { return &dense[int(m)*nt+int(t)] }
-	} else {
-		// coff[m]+k indexes the count of m's k-th subscribed topic.
-		coff := make([]int32, nm+1)
-		for m, s := range l.subs {
-			coff[m+1] = coff[m] + int32(len(s))
-		}
-		cnt := make([]int32, coff[nm])
-		cntAt = func(m int32, t int32) *int32 {
-			k, _ := slices.BinarySearch(l.subs[m], t)
-			return &cnt[coff[m]+int32(k)]
-		}
-	}
-
 	// 1. Keep previous owners.
 	var fstart, free []int32
+	cnt := e.cnt
 	if e.sparse != nil {
-		e.sparse.keep(e.load, cntAt)
 		fstart, free = e.sparse.freeByTopic(l)
 	} else {
+		cnt = newTopicCounts(l)
 		for p, o := range e.prev {
 			if o >= 0 {
 				e.owner[p] = o
@@ -399,15 +361,28 @@ func (e *engine) solveGeneral() {
 				t++
 			}
 			if o >= 0 {
-				*cntAt(o, t)++
+				*cnt.at(o, t)++
 			}
 		}
 		fstart, free = e.freeByTopic()
 	}
-	if !e.placeFree(cntAt, fstart, free) {
-		e.fillGreedy(sstart, slist, cntAt, fstart, free)
+	// The per-topic subscriber lists cost a pass over every subscription:
+	// they are built only when the fill or the repair needs them.
+	var subs topicSubscribers
+	if !e.placeFree(cnt, fstart, free) {
+		subs = l.subscribersByTopic()
+		e.fillGreedy(subs, cnt, fstart, free)
 	}
-	e.repair(subsOf, cntAt, len(free) == 0)
+	// Every chain of the repair ends two below where it starts: when no
+	// member is two below another there is none, and its searches would
+	// only prove it, walking the whole group, before moving nothing.
+	if slices.Max(e.load)-slices.Min(e.load) < 2 {
+		return
+	}
+	if subs.list == nil {
+		subs = l.subscribersByTopic()
+	}
+	e.repair(subs, cnt, len(free) == 0)
 }
 
 // freeByTopic lists the partitions nobody keeps, ascending: those of topic
@@ -437,6 +412,46 @@ func (e *engine) give(p, m int32) {
 	e.owner[p] = m
 }
 
+// topicCounts holds, per member and subscribed topic, how many of the
+// topic's partitions the member has. The repair reads it in its inner
+// loops: a dense member × topic matrix when that is small enough, else one
+// slot per subscribed topic found by binary search.
+type topicCounts struct {
+	nt    int
+	dense []int32
+	subs  [][]int32
+	off   []int32 // off[m]+k is the slot of m's k-th subscribed topic
+	slots []int32
+}
+
+func newTopicCounts(l *layout) *topicCounts {
+	nm, nt := len(l.subs), len(l.names)
+	c := &topicCounts{nt: nt}
+	if nm*nt <= 1<<22 {
+		c.dense = make([]int32, nm*nt)
+		return c
+	}
+	c.subs, c.off = l.subs, make([]int32, nm+1)
+	for m, s := range l.subs {
+		c.off[m+1] = c.off[m] + int32(len(s))
+	}
+	c.slots = make([]int32, c.off[nm])
+	return c
+}
+
+// at returns the count of member m in topic t, which m subscribes to.
+func (c *topicCounts) at(m, t int32) *int32 {
+	if c.dense != nil {
+		return &c.dense[int(m)*c.nt+int(t)]
+	}
+	return c.slot(m, t)
+}
+
+func (c *topicCounts) slot(m, t int32) *int32 {
+	k, _ := slices.BinarySearch(c.subs[m], t)
+	return &c.slots[c.off[m]+int32(k)]
+}
+
 // placeFree deals the partitions nobody keeps.
 //
 // Members with identical subscriptions are interchangeable, so the problem
@@ -458,7 +473,7 @@ func (e *engine) give(p, m int32) {
 // It reports false, placing nothing, when most classes would be single
 // members; the caller then uses fillGreedy. fstart and free are
 // freeByTopic's lists.
-func (e *engine) placeFree(cntAt func(int32, int32) *int32, fstart, free []int32) bool {
+func (e *engine) placeFree(cnt *topicCounts, fstart, free []int32) bool {
 	l := e.l
 	nm, nt := e.nm, len(l.names)
 	if len(free) == 0 {
@@ -666,7 +681,7 @@ func (e *engine) placeFree(cntAt func(int32, int32) *int32, fstart, free []int32
 				e.give(p, m)
 				e.load[m]++
 				need[m]--
-				*cntAt(m, t)++
+				*cnt.at(m, t)++
 			}
 		}
 	}
@@ -785,7 +800,7 @@ func (e *engine) balanceClasses(csubs [][]int32, ctStart, ctList []int32, share 
 // the maximum, none of them can improve either and no later chain can pass
 // through them. They are marked dead and never searched or crossed again,
 // which bounds the work.
-func (e *engine) repair(subsOf func(int32) []int32, cntAt func(int32, int32) *int32, direct bool) {
+func (e *engine) repair(subs topicSubscribers, cnt *topicCounts, direct bool) {
 	l := e.l
 	nm, nt := e.nm, len(l.names)
 	dead := make([]bool, nm)
@@ -820,8 +835,8 @@ func (e *engine) repair(subsOf func(int32) []int32, cntAt func(int32, int32) *in
 		src, via := int32(-1), int32(-1)
 	scan:
 		for _, t := range l.subs[v] {
-			for _, x := range subsOf(t) {
-				if seenM[x] == epoch || *cntAt(x, t) == 0 {
+			for _, x := range subs.of(t) {
+				if seenM[x] == epoch || *cnt.at(x, t) == 0 {
 					continue
 				}
 				seenM[x] = epoch
@@ -837,8 +852,8 @@ func (e *engine) repair(subsOf func(int32) []int32, cntAt func(int32, int32) *in
 			break // longer chains are left to the forward search
 		}
 		e.movePartition(via, src, v)
-		*cntAt(src, via)--
-		*cntAt(v, via)++
+		*cnt.at(src, via)--
+		*cnt.at(v, via)++
 		e.load[src]--
 		e.load[v]++
 		hi.push(src)
@@ -863,12 +878,12 @@ func (e *engine) repair(subsOf func(int32) []int32, cntAt func(int32, int32) *in
 		for qi := 0; qi < len(queue); qi++ {
 			x := queue[qi]
 			for _, t := range l.subs[x] {
-				if seenT[t] == epoch || *cntAt(x, t) == 0 {
+				if seenT[t] == epoch || *cnt.at(x, t) == 0 {
 					continue
 				}
 				seenT[t] = epoch
 				peer[t] = x
-				for _, v := range subsOf(t) {
+				for _, v := range subs.of(t) {
 					if seenM[v] == epoch || dead[v] {
 						continue
 					}
@@ -896,8 +911,8 @@ func (e *engine) repair(subsOf func(int32) []int32, cntAt func(int32, int32) *in
 			t := via[cur]
 			giver := peer[t]
 			e.movePartition(t, giver, cur)
-			*cntAt(giver, t)--
-			*cntAt(cur, t)++
+			*cnt.at(giver, t)--
+			*cnt.at(cur, t)++
 			cur = giver
 		}
 		e.load[u]--
@@ -916,22 +931,21 @@ func (e *engine) repair(subsOf func(int32) []int32, cntAt func(int32, int32) *in
 // behind and the repair with a great deal to do. It is the placement for
 // groups whose subscriptions are mostly distinct, where placeFree's classes
 // would be single members.
-func (e *engine) fillGreedy(sstart, slist []int32, cntAt func(int32, int32) *int32, fstart, free []int32) {
+func (e *engine) fillGreedy(subs topicSubscribers, cnt *topicCounts, fstart, free []int32) {
 	l := e.l
 	nt := len(l.names)
-	subsOf := func(t int32) []int32 { return slist[sstart[t]:sstart[t+1]] }
 	order := make([]int32, nt)
 	for t := range order {
 		order[t] = int32(t)
 	}
 	slices.SortStableFunc(order, func(a, b int32) int {
-		return int(sstart[a+1]-sstart[a]) - int(sstart[b+1]-sstart[b])
+		return len(subs.of(a)) - len(subs.of(b))
 	})
 	fend := append([]int32(nil), fstart[1:]...)
 	const maxRounds = 8
 	chunk := make([]int32, nt)
 	for t := range nt {
-		n, s := fend[t]-fstart[t], sstart[t+1]-sstart[t]
+		n, s := fend[t]-fstart[t], int32(len(subs.of(int32(t))))
 		chunk[t] = max(s, (n+maxRounds-1)/maxRounds, 1)
 	}
 	var cand []int32
@@ -943,7 +957,7 @@ func (e *engine) fillGreedy(sstart, slist []int32, cntAt func(int32, int32) *int
 				continue
 			}
 			end := min(hi, lo+chunk[t])
-			e.waterFill(free[lo:end], subsOf(t), &cand, cntAt, t)
+			e.waterFill(free[lo:end], subs.of(t), &cand, cnt, t)
 			fstart[t] = end
 			more = more || end < hi
 		}
@@ -953,7 +967,7 @@ func (e *engine) fillGreedy(sstart, slist []int32, cntAt func(int32, int32) *int
 // waterFill gives the partitions in free to the least-loaded members of
 // subs: the lowest are raised to a common level while partitions last,
 // then the remainder goes one each in (load, index) order.
-func (e *engine) waterFill(free, subs []int32, cand *[]int32, cntAt func(int32, int32) *int32, t int32) {
+func (e *engine) waterFill(free, subs []int32, cand *[]int32, cnt *topicCounts, t int32) {
 	c := append((*cand)[:0], subs...)
 	*cand = c
 	slices.SortFunc(c, func(a, b int32) int {
@@ -981,7 +995,7 @@ func (e *engine) waterFill(free, subs []int32, cand *[]int32, cntAt func(int32, 
 		if int32(k) < extra {
 			target++
 		}
-		cnt := cntAt(m, t)
+		cnt := cnt.at(m, t)
 		for e.load[m] < target {
 			e.give(free[fi], m)
 			fi++

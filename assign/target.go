@@ -55,6 +55,10 @@ type Target struct {
 	// gone holds the targets of members removed since the last Assign:
 	// their partitions are free for the next one.
 	gone []heldTarget
+	// touched marks, by topic id, the topics whose subscribers, their
+	// order or partition count may have changed since the last Assign.
+	// Range leaves the others as they are.
+	touched []bool
 	// full is set until the first Assign, whose claims come from outside
 	// and may be anything.
 	full  bool
@@ -154,9 +158,11 @@ func (t *Target) SetMember(id, instanceID string, topics []string) {
 		t.subscribe(tm, topics)
 		t.byID[id] = tm
 		t.insert(tm)
+		t.touch(tm.class)
 		return
 	}
 	if tm.InstanceID != instanceID {
+		t.touch(tm.class)
 		t.unlink(tm)
 		tm.InstanceID = instanceID
 		t.insert(tm)
@@ -173,6 +179,7 @@ func (t *Target) RemoveMember(id string) bool {
 	}
 	delete(t.byID, id)
 	t.unlink(tm)
+	t.touch(tm.class)
 	t.leaveClass(tm)
 	if len(tm.Owned) > 0 {
 		t.gone = append(t.gone, heldTarget{tm.Owned, tm.tids})
@@ -200,6 +207,7 @@ func (t *Target) RenameMember(from, to string) error {
 		return fmt.Errorf("%w: %q", ErrMemberExists, to)
 	}
 	t.unlink(tm)
+	t.touch(tm.class)
 	delete(t.byID, from)
 	tm.ID = to
 	t.byID[to] = tm
@@ -209,6 +217,12 @@ func (t *Target) RenameMember(from, to string) error {
 
 // SetTopic sets a topic's partition count; a count ≤ 0 removes the topic.
 func (t *Target) SetTopic(name string, partitions int32) {
+	if t.topics[name] == max(partitions, 0) {
+		return
+	}
+	if id, ok := t.tid[name]; ok {
+		t.touched[id] = true
+	}
 	if partitions <= 0 {
 		delete(t.topics, name)
 		return
@@ -219,11 +233,13 @@ func (t *Target) SetTopic(name string, partitions int32) {
 // SetTopics replaces all topic metadata (name to partition count; counts
 // ≤ 0 mean the topic does not exist).
 func (t *Target) SetTopics(topics map[string]int32) {
-	clear(t.topics)
-	for name, n := range topics {
-		if n > 0 {
-			t.topics[name] = n
+	for name := range t.topics {
+		if topics[name] <= 0 {
+			t.SetTopic(name, 0)
 		}
+	}
+	for name, n := range topics {
+		t.SetTopic(name, n)
 	}
 }
 
@@ -272,6 +288,7 @@ func (t *Target) subscribe(tm *targetMember, topics []string) {
 		return
 	}
 	if tm.class != nil {
+		t.touch(tm.class)
 		t.leaveClass(tm)
 		tm.resub = true
 	}
@@ -285,6 +302,16 @@ func (t *Target) subscribe(tm *targetMember, topics []string) {
 	}
 	c.members++
 	tm.class, tm.Topics = c, c.topics
+	if tm.resub {
+		t.touch(c)
+	}
+}
+
+// touch marks the topics of a class as touched.
+func (t *Target) touch(c *subClass) {
+	for _, id := range c.tids {
+		t.touched[id] = true
+	}
 }
 
 func (t *Target) topicID(name string) int32 {
@@ -293,6 +320,7 @@ func (t *Target) topicID(name string) int32 {
 		id = int32(len(t.tname))
 		t.tid[name] = id
 		t.tname = append(t.tname, name)
+		t.touched = append(t.touched, true)
 	}
 	return id
 }
@@ -529,6 +557,7 @@ func (t *Target) remember(idOf, count []int32) {
 		t.laid[id] = count[r]
 	}
 	t.gone = nil
+	clear(t.touched)
 }
 
 // assignFull runs the stateless assignor's path on the kept members and

@@ -317,7 +317,7 @@ func (l *layout) build(owner []int32) Assignment {
 // subscribersByTopic returns, per topic index, the indexes of its
 // subscribing members in member order. A counting pass lets every list
 // share one array.
-func (l *layout) subscribersByTopic() func(t int32) []int32 {
+func (l *layout) subscribersByTopic() topicSubscribers {
 	nt := len(l.names)
 	start := make([]int32, nt+1)
 	for _, s := range l.subs {
@@ -336,8 +336,14 @@ func (l *layout) subscribersByTopic() func(t int32) []int32 {
 			fill[t]++
 		}
 	}
-	return func(t int32) []int32 { return list[start[t]:start[t+1]] }
+	return topicSubscribers{start, list}
 }
+
+// topicSubscribers holds the subscribers of topic t at
+// list[start[t]:start[t+1]].
+type topicSubscribers struct{ start, list []int32 }
+
+func (s topicSubscribers) of(t int32) []int32 { return s.list[s.start[t]:s.start[t+1]] }
 
 // buildSorted builds the Assignment from member-major sorted global indexes:
 // member i owns parts[start[i]:start[i+1]]. parts is rewritten in place to
