@@ -376,23 +376,13 @@ func (tb *targetBench) statelessInput(change targetChange) ([]Member, map[string
 // imbalance (max−min partitions per member) and the members whose target
 // changed.
 func reportChange(b *testing.B, prev, next Assignment, changed int) {
-	owner := map[string]string{}
-	for id, ks := range flat(next) {
-		for _, k := range ks {
-			owner[k] = id
+	stayed := Assignment{}
+	for id, tps := range prev {
+		if _, ok := next[id]; ok {
+			stayed[id] = tps
 		}
 	}
-	moves := 0
-	for id, ks := range flat(prev) {
-		if _, still := next[id]; !still {
-			continue
-		}
-		for _, k := range ks {
-			if owner[k] != id {
-				moves++
-			}
-		}
-	}
+	moves := countMoves(stayed, next)
 	lo, hi := 1<<62, -1
 	for _, tps := range next {
 		n := 0

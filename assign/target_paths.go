@@ -348,7 +348,12 @@ func (t *Target) assignRange(lay *targetLayout, free []uint64) bool {
 		}
 		topicFree = nil
 	}
-	slices.SortStableFunc(changes, func(a, b change) int { return int(a.i - b.i) })
+	slices.SortFunc(changes, func(a, b change) int {
+		if a.i != b.i {
+			return int(a.i - b.i)
+		}
+		return int(a.r - b.r)
+	})
 	var lost, got []uint64
 	for c := 0; c < len(changes); {
 		i := changes[c].i
