@@ -45,35 +45,48 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 		targets  []fetchTarget
 		anyError bool // a partition already failed: answer without waiting
 	)
-	for _, rt := range req.Topics {
-		st := kmsg.NewFetchResponseTopic()
-		st.Topic, st.TopicID = rt.Topic, rt.TopicID
-		t, topicErr := h.fetchTopic(req.Version, rt)
-		for _, rp := range rt.Partitions {
-			sp := kmsg.NewFetchResponseTopicPartition()
-			sp.Partition = rp.Partition
-			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
-			sp.PreferredReadReplica = -1
-			sp.RecordBatches = []byte{} // never null: librdkafka rejects a null record set
-			var l *partition.Log
-			switch {
-			case topicErr != nil:
-				sp.ErrorCode = topicErr.(*kerr.Error).Code
-			case rp.CurrentLeaderEpoch > 0:
-				// Leader epoch is always 0 on this single node.
-				sp.ErrorCode = kerr.UnknownLeaderEpoch.Code
-			default:
-				if l = t.Partition(rp.Partition); l == nil {
-					sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-				}
-			}
-			anyError = anyError || sp.ErrorCode != 0
-			if l != nil {
-				targets = append(targets, fetchTarget{ti: len(resp.Topics), pi: len(st.Partitions), log: l, offset: rp.FetchOffset, max: rp.PartitionMaxBytes})
-			}
-			st.Partitions = append(st.Partitions, sp)
+	var (
+		resolved = -1 // the request topic t and topicErr are for
+		t        *broker.Topic
+		topicErr error
+	)
+	for _, e := range fetchEntries(req) {
+		rt, rp := &req.Topics[e.topic], e.part
+		// As in Kafka, partitions are answered in the order they were
+		// first named, and only consecutive partitions of one topic share
+		// a topic entry.
+		if n := len(resp.Topics); n == 0 || resp.Topics[n-1].Topic != rt.Topic || resp.Topics[n-1].TopicID != rt.TopicID {
+			st := kmsg.NewFetchResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			resp.Topics = append(resp.Topics, st)
 		}
-		resp.Topics = append(resp.Topics, st)
+		st := &resp.Topics[len(resp.Topics)-1]
+		if e.topic != resolved {
+			resolved = e.topic
+			t, topicErr = h.fetchTopic(req.Version, *rt)
+		}
+		sp := kmsg.NewFetchResponseTopicPartition()
+		sp.Partition = rp.Partition
+		sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
+		sp.PreferredReadReplica = -1
+		sp.RecordBatches = []byte{} // never null: librdkafka rejects a null record set
+		var l *partition.Log
+		switch {
+		case topicErr != nil:
+			sp.ErrorCode = topicErr.(*kerr.Error).Code
+		case rp.CurrentLeaderEpoch > 0:
+			// Leader epoch is always 0 on this single node.
+			sp.ErrorCode = kerr.UnknownLeaderEpoch.Code
+		default:
+			if l = t.Partition(rp.Partition); l == nil {
+				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			}
+		}
+		anyError = anyError || sp.ErrorCode != 0
+		if l != nil {
+			targets = append(targets, fetchTarget{ti: len(resp.Topics) - 1, pi: len(st.Partitions), log: l, offset: rp.FetchOffset, max: rp.PartitionMaxBytes})
+		}
+		st.Partitions = append(st.Partitions, sp)
 	}
 
 	wait := min(time.Duration(req.MaxWaitMillis)*time.Millisecond, maxFetchWait)
@@ -103,14 +116,64 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 	}
 }
 
+// fetchEntry is one partition to answer: an index into the request's
+// topics and the partition's entry.
+type fetchEntry struct {
+	topic int
+	part  *kmsg.FetchRequestTopicPartition
+}
+
+// fetchKey names a partition the way Kafka keys a fetch: by topic id and
+// name (one of them is empty, depending on the version) and partition.
+type fetchKey struct {
+	id    [16]byte
+	name  string
+	index int32
+}
+
+// fetchEntries lists the partitions a fetch names, each once. Kafka reads
+// a fetch into a map keyed by topic and partition, so a partition named
+// twice is answered once, in the place it was first named, for the last
+// entry naming it. Answering every copy would let one small request make
+// the broker read the same data many times over.
+func fetchEntries(req *kmsg.FetchRequest) []fetchEntry {
+	n := 0
+	for i := range req.Topics {
+		n += len(req.Topics[i].Partitions)
+	}
+	entries := make([]fetchEntry, 0, n)
+	if n <= 1 {
+		for i := range req.Topics {
+			for j := range req.Topics[i].Partitions {
+				entries = append(entries, fetchEntry{i, &req.Topics[i].Partitions[j]})
+			}
+		}
+		return entries
+	}
+	at := make(map[fetchKey]int, n) // index in entries
+	for i := range req.Topics {
+		rt := &req.Topics[i]
+		for j := range rt.Partitions {
+			rp := &rt.Partitions[j]
+			k := fetchKey{rt.TopicID, rt.Topic, rp.Partition}
+			if e, seen := at[k]; seen {
+				entries[e].part = rp
+				continue
+			}
+			at[k] = len(entries)
+			entries = append(entries, fetchEntry{i, rp})
+		}
+	}
+	return entries
+}
+
 // fetchRead fills every target's partition in resp from its log and
 // returns the bytes gathered and whether a partition answered with an
 // error (Kafka answers at once then).
 func (h *Handler) fetchRead(req *kmsg.FetchRequest, resp *kmsg.FetchResponse, targets []fetchTarget) (int, bool) {
-	remaining := req.MaxBytes
-	if req.Version < 3 || remaining <= 0 {
-		remaining = 1<<31 - 1
-	}
+	// As in Kafka, the broker's fetch.max.bytes caps what the client asks
+	// for, and a first batch larger than that is still returned whole.
+	remaining := min(max(req.MaxBytes, 0), h.fetchMaxBytes)
 	total, hadError := 0, false
 	for _, t := range targets {
 		sp := &resp.Topics[t.ti].Partitions[t.pi]

@@ -24,15 +24,39 @@ type Handler struct {
 	// advertised is the host and port Metadata gives clients.
 	host string
 	port int32
+	// fetchMaxBytes caps the record data of one fetch reply.
+	fetchMaxBytes int32
+}
+
+// DefaultFetchMaxBytes is Kafka's fetch.max.bytes.
+const DefaultFetchMaxBytes = 55 << 20
+
+// Option configures a Handler.
+type Option func(*Handler)
+
+// FetchMaxBytes caps the record data of one fetch reply, whatever the
+// request asks for (Kafka's fetch.max.bytes); a first batch larger than
+// that is still returned whole so that a consumer can progress. n <= 0
+// keeps DefaultFetchMaxBytes.
+func FetchMaxBytes(n int32) Option {
+	return func(h *Handler) {
+		if n > 0 {
+			h.fetchMaxBytes = n
+		}
+	}
 }
 
 // New returns a Handler over the broker b and the group coordinator c that
 // advertises host:port in Metadata and FindCoordinator.
-func New(b *broker.Broker, c Coordinator, host string, port int32, log *slog.Logger) *Handler {
+func New(b *broker.Broker, c Coordinator, host string, port int32, log *slog.Logger, opts ...Option) *Handler {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Handler{b: b, coord: c, log: log, host: host, port: port}
+	h := &Handler{b: b, coord: c, log: log, host: host, port: port, fetchMaxBytes: DefaultFetchMaxBytes}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
 }
 
 type handlerFunc func(h *Handler, ctx context.Context, r *server.Request) (kmsg.Response, error)
@@ -85,5 +109,6 @@ func (h *Handler) Handle(ctx context.Context, r *server.Request) (kmsg.Response,
 	if !ok {
 		return nil, fmt.Errorf("unsupported api key %d", r.Header.Key)
 	}
+	injectFault(r)
 	return e.fn(h, ctx, r)
 }

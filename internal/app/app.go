@@ -1,6 +1,6 @@
 // Package app assembles a running groupd from its configuration: it opens
-// the broker's data, binds the listener and starts the server. The command
-// and the end-to-end tests start groupd the same way through it.
+// the broker's data, binds the listeners and starts the servers. The
+// command and the end-to-end tests start groupd the same way through it.
 package app
 
 import (
@@ -12,11 +12,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
+	"github.com/groupd/groupd/internal/admin"
 	"github.com/groupd/groupd/internal/api"
 	"github.com/groupd/groupd/internal/broker"
 	"github.com/groupd/groupd/internal/coordinator"
 	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/inspect"
+	"github.com/groupd/groupd/internal/metrics"
 	"github.com/groupd/groupd/internal/partition"
 	"github.com/groupd/groupd/internal/server"
 	"github.com/groupd/groupd/internal/store"
@@ -33,11 +37,34 @@ type Config struct {
 	AutoCreateTopics  bool
 	DefaultPartitions int32
 	MaxRequestBytes   int32
-	Log               partition.Options
+	// MaxConnections bounds open client connections; 0 derives it from
+	// the open-file limit (maxConnectionsFor).
+	MaxConnections int
+	// ConnectionsMaxIdle closes a connection with nothing in flight after
+	// that long; 0 is Kafka's 10 minutes, negative never.
+	ConnectionsMaxIdle time.Duration
+	// FetchMaxBytes caps the record data of one fetch reply; 0 is Kafka's
+	// 55 MiB.
+	FetchMaxBytes int32
+	Log           partition.Options
+	// QuarantineDamagedSegments sets damaged partition segments aside on
+	// start instead of refusing to start (see broker.Config).
+	QuarantineDamagedSegments bool
 	// Group configures the classic group protocol (zero fields take
 	// Kafka's defaults).
 	Group  group.Config
 	Logger *slog.Logger
+	// SkipUndecodableRecords starts groupd even if coordinator records do
+	// not decode, skipping each with a log line naming its key; without
+	// it such a record stops the start.
+	SkipUndecodableRecords bool
+
+	// HTTPListen is where the HTTP side listens (Prometheus metrics,
+	// the JSON admin API, the status page); empty disables it.
+	HTTPListen string
+	// MetricsMaxGroups is how many groups get their own metric series;
+	// the rest are aggregated.
+	MetricsMaxGroups int
 }
 
 // ErrStopped is reported by Done after Close.
@@ -52,9 +79,14 @@ type App struct {
 	ln     net.Listener
 	adv    string
 	done   chan error
+	// stopped is closed by Close.
+	stopped chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// http is nil when HTTPListen is empty.
+	http *admin.Server
 }
 
 // Start opens the data directory and starts serving. It returns once the
@@ -63,27 +95,56 @@ func Start(cfg Config) (*App, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.MaxConnections = checkOpenFileLimit(cfg.Logger, cfg.MaxConnections)
 	b, err := broker.Open(broker.Config{
 		DataDir:           cfg.DataDir,
 		AutoCreateTopics:  cfg.AutoCreateTopics,
 		DefaultPartitions: cfg.DefaultPartitions,
 		Log:               cfg.Log,
 		Logger:            cfg.Logger,
+
+		QuarantineDamagedSegments: cfg.QuarantineDamagedSegments,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening data directory %s: %w", cfg.DataDir, err)
 	}
-	// Coordinator records are fsynced unless the operator chose to leave
-	// durability to the OS for the partition logs too.
-	st, err := store.OpenPebble(filepath.Join(cfg.DataDir, "coordinator"), store.Options{
-		Sync:   cfg.Log.Sync == partition.SyncAlways,
-		Logger: cfg.Logger,
-	})
+	// Coordinator records follow the partition logs' fsync policy:
+	// fsynced before their reply, every interval, or left to the OS.
+	sopts := store.Options{
+		Sync:            cfg.Log.Sync == partition.SyncAlways,
+		Logger:          cfg.Logger,
+		SkipUndecodable: cfg.SkipUndecodableRecords,
+	}
+	if cfg.Log.Sync == partition.SyncInterval {
+		sopts.SyncInterval = cfg.Log.SyncInterval
+		if sopts.SyncInterval <= 0 {
+			sopts.SyncInterval = partition.DefaultSyncInterval
+		}
+	}
+	st, err := store.OpenPebble(filepath.Join(cfg.DataDir, "coordinator"), sopts)
 	if err != nil {
 		b.Close()
 		return nil, fmt.Errorf("opening coordinator store: %w", err)
 	}
-	coord := coordinator.New(coordinator.Config{Group: cfg.Group, Store: st, Logger: cfg.Logger})
+	// Without an HTTP side nobody reads metrics, so nothing records them.
+	var m *metrics.Metrics
+	if cfg.HTTPListen != "" {
+		m = metrics.New(metrics.Config{MaxGroups: cfg.MetricsMaxGroups})
+	}
+	var cobs coordinator.Observer
+	if m != nil {
+		cobs = m
+	}
+	coord := coordinator.New(coordinator.Config{Group: cfg.Group, Store: st, Logger: cfg.Logger,
+		HighWatermark: highWatermark(b), Observer: cobs})
+	// Read the coordinator's records before listening, so that one that
+	// does not decode stops the start instead of a shard.
+	if err := coord.WaitLoad(context.Background()); err != nil {
+		coord.Close()
+		st.Close()
+		b.Close()
+		return nil, fmt.Errorf("loading coordinator records: %w", err)
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		coord.Close()
@@ -99,18 +160,78 @@ func Start(cfg Config) (*App, error) {
 			host = "127.0.0.1"
 		}
 	}
+	var obs server.Observer
+	if m != nil {
+		obs = m
+	}
 	srv := server.New(server.Config{
+		Observer:        obs,
 		MaxRequestBytes: cfg.MaxRequestBytes,
-		Handler:         api.New(b, coord, host, port, cfg.Logger),
+		MaxConnections:  cfg.MaxConnections,
+		IdleTimeout:     cfg.ConnectionsMaxIdle,
+		Handler:         api.New(b, coord, host, port, cfg.Logger, api.FetchMaxBytes(cfg.FetchMaxBytes)),
 		Logger:          cfg.Logger,
 	})
-	a := &App{broker: b, store: st, coord: coord, srv: srv, ln: ln, adv: net.JoinHostPort(host, strconv.Itoa(int(port))), done: make(chan error, 1)}
+	a := &App{broker: b, store: st, coord: coord, srv: srv, ln: ln, adv: net.JoinHostPort(host, strconv.Itoa(int(port))),
+		done: make(chan error, 2), stopped: make(chan struct{})}
+	if m != nil {
+		// The coordinator is what the admin API, the page and the group
+		// gauges read. While its shards load it answers with an error
+		// matching inspect.ErrUnavailable, which the API serves as 503.
+		m.SetSource(coord)
+		a.http, err = admin.Listen(cfg.HTTPListen, admin.Config{Source: coord, Metrics: m.Handler(), Logger: cfg.Logger})
+		if err != nil {
+			ln.Close()
+			coord.Close()
+			st.Close()
+			b.Close()
+			return nil, fmt.Errorf("HTTP listener: %w", err)
+		}
+	}
 	go func() { a.done <- srv.Serve(ln) }()
+	go func() {
+		// A shard that meets an undecodable record when it reloads
+		// stops; the process stops with it rather than serve without
+		// its groups.
+		select {
+		case <-coord.Failed():
+			a.done <- fmt.Errorf("coordinator: %w", coord.Err())
+		case <-a.stopped:
+		}
+	}()
 	return a, nil
 }
 
+// highWatermark looks up a partition's high watermark in the broker.
+func highWatermark(b *broker.Broker) func(string, int32) (int64, bool) {
+	return func(topic string, partition int32) (int64, bool) {
+		t, ok := b.Topic(topic)
+		if !ok {
+			return 0, false
+		}
+		l := t.Partition(partition)
+		if l == nil {
+			return 0, false
+		}
+		return l.HighWatermark(), true
+	}
+}
+
+// Inspect is the read-only view of the groups and their rebalance
+// histories, for the admin side.
+func (a *App) Inspect() inspect.Source { return a.coord }
+
 // Addr is the address the listener is bound to.
 func (a *App) Addr() string { return a.ln.Addr().String() }
+
+// HTTPAddr is the address the HTTP side is bound to; empty when it is
+// disabled.
+func (a *App) HTTPAddr() string {
+	if a.http == nil {
+		return ""
+	}
+	return a.http.Addr()
+}
 
 // Advertised is the address Metadata gives clients.
 func (a *App) Advertised() string { return a.adv }
@@ -124,10 +245,50 @@ func (a *App) Done() <-chan error { return a.done }
 // Calling it again returns the first call's result.
 func (a *App) Close(ctx context.Context) error {
 	a.closeOnce.Do(func() {
-		err := a.srv.Shutdown(ctx)
+		close(a.stopped)
+		// The HTTP side goes first: it reads from the coordinator.
+		var herr error
+		if a.http != nil {
+			herr = a.http.Shutdown(ctx)
+		}
+		err := errors.Join(herr, a.srv.Shutdown(ctx))
 		// The coordinator answers its parked requests before the store
 		// under it closes.
 		a.closeErr = errors.Join(err, a.coord.Close(), a.store.Close(), a.broker.Close())
 	})
 	return a.closeErr
+}
+
+// checkOpenFileLimit raises the soft open-file limit to the hard limit,
+// logs both, and returns the connection cap: maxConns, or if that is 0 the
+// default for the limit.
+func checkOpenFileLimit(log *slog.Logger, maxConns int) int {
+	soft, hard, before, err := raiseOpenFileLimit()
+	if err != nil {
+		log.Warn("could not raise the open-file limit", "err", err, "soft", soft, "hard", hard)
+	}
+	if maxConns <= 0 {
+		maxConns = maxConnectionsFor(soft)
+	}
+	attrs := []any{"soft", soft, "hard", hard, "max_connections", maxConns}
+	if before != soft {
+		attrs = append(attrs, "raised_from", before)
+	}
+	log.Info("open-file limit", attrs...)
+	if soft > 0 && uint64(maxConns) >= soft {
+		log.Warn("max-connections is not below the open-file limit: accepts will fail (and be retried) before the cap is reached",
+			"max_connections", maxConns, "open_file_limit", soft)
+	}
+	return maxConns
+}
+
+// maxConnectionsFor is the default connection cap under an open-file limit:
+// three quarters of it, so that connections alone cannot take the
+// descriptors that partition segments and the coordinator store need. An
+// unknown or unlimited limit gives server.DefaultMaxConnections.
+func maxConnectionsFor(openFileLimit uint64) int {
+	if openFileLimit == 0 || openFileLimit >= 1<<31 {
+		return server.DefaultMaxConnections
+	}
+	return max(int(openFileLimit/4*3), 1)
 }

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -34,8 +35,20 @@ type Config struct {
 	AutoCreateTopics  bool
 	DefaultPartitions int32
 	Log               partition.Options
-	Logger            *slog.Logger
+	// QuarantineDamagedSegments moves partition segments found damaged
+	// on start to quarantine/ in the data directory and serves the rest,
+	// instead of refusing to start.
+	QuarantineDamagedSegments bool
+	// CheckpointInterval is how often the partitions' recovery points
+	// are written (default DefaultCheckpointInterval); they are also
+	// written on segment roll and on Close.
+	CheckpointInterval time.Duration
+	Logger             *slog.Logger
 }
+
+// DefaultCheckpointInterval matches Kafka's
+// log.flush.offset.checkpoint.interval.ms.
+const DefaultCheckpointInterval = time.Minute
 
 // TopicID is a Kafka topic id (a UUID).
 type TopicID [16]byte
@@ -69,14 +82,19 @@ type Broker struct {
 	cfg Config
 	log *slog.Logger
 
-	mu        sync.RWMutex // guards topics, byID, meta and the metadata file
+	mu        sync.RWMutex // guards topics, byID, removals and the metadata file
 	topics    map[string]*Topic
 	byID      map[TopicID]*Topic
+	removals  []removal
 	clusterID string
 
 	pidMu    sync.Mutex
 	nextPID  int64
 	pidLimit int64 // end of the block recorded durably; ids below it may have been handed out
+
+	stopOnce        sync.Once
+	stopCheckpoints chan struct{}
+	checkpointsDone chan struct{}
 }
 
 // producerIDBlock is how many producer ids are reserved per durable write:
@@ -84,22 +102,12 @@ type Broker struct {
 // touch the disk.
 const producerIDBlock = 1000
 
-type topicMeta struct {
-	Name       string            `json:"name"`
-	ID         string            `json:"id"`
-	Partitions int32             `json:"partitions"`
-	Configs    map[string]string `json:"configs,omitempty"`
-}
-
-type metaFile struct {
-	ClusterID       string      `json:"cluster_id"`
-	ProducerIDLimit int64       `json:"producer_id_limit"`
-	Topics          []topicMeta `json:"topics"`
-}
-
-const metaName = "meta.json"
-
-// Open loads the broker's metadata and opens every partition log.
+// Open loads the broker's metadata, finishes or undoes the directory
+// changes it records as pending, checks that every directory under logs/
+// is accounted for, and opens every partition log. It deletes nothing it
+// cannot account for: missing or unreadable metadata with partition data
+// present, an unknown directory, or a missing partition stops it with an
+// error naming the path.
 func Open(cfg Config) (*Broker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -107,7 +115,11 @@ func Open(cfg Config) (*Broker, error) {
 	if cfg.DefaultPartitions <= 0 {
 		cfg.DefaultPartitions = 1
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "logs"), 0o755); err != nil {
+	if cfg.CheckpointInterval <= 0 {
+		cfg.CheckpointInterval = DefaultCheckpointInterval
+	}
+	logsDir := filepath.Join(cfg.DataDir, logsDirName)
+	if err := os.MkdirAll(logsDir, 0o755); err != nil {
 		return nil, err
 	}
 	b := &Broker{
@@ -116,45 +128,166 @@ func Open(cfg Config) (*Broker, error) {
 		topics: make(map[string]*Topic),
 		byID:   make(map[TopicID]*Topic),
 	}
-	var m metaFile
-	raw, err := os.ReadFile(filepath.Join(cfg.DataDir, metaName))
+	metaPath := filepath.Join(cfg.DataDir, metaName)
+	m, ok, err := readMeta(cfg.DataDir)
 	switch {
-	case errors.Is(err, os.ErrNotExist):
-		m.ClusterID = newClusterID()
 	case err != nil:
-		return nil, err
-	default:
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return nil, fmt.Errorf("broker metadata %s: %w", metaName, err)
+		return nil, fmt.Errorf("%w: %s is unreadable (%v); groupd will not start from metadata it does not understand. Move it aside and rebuild it from the partition directories with `groupd recover --data-dir %s`", ErrMetadata, metaPath, err, cfg.DataDir)
+	case !ok:
+		ents, err := os.ReadDir(logsDir)
+		if err != nil {
+			return nil, err
 		}
+		if len(ents) > 0 {
+			return nil, fmt.Errorf("%w: %s is missing but %s holds partition data (%d entries, e.g. %s); refusing to start so that nothing is deleted. Rebuild it from the partition directories with `groupd recover --data-dir %s`", ErrMetadata, metaPath, logsDir, len(ents), ents[0].Name(), cfg.DataDir)
+		}
+		m.ClusterID = newClusterID()
 	}
 	b.clusterID = m.ClusterID
 	b.nextPID, b.pidLimit = m.ProducerIDLimit, m.ProducerIDLimit
+	b.removals = m.PendingRemovals
 	for _, tm := range m.Topics {
-		idb, err := hex.DecodeString(tm.ID)
-		if err != nil || len(idb) != 16 {
-			b.closeAll()
-			return nil, fmt.Errorf("topic %q: bad id %q", tm.Name, tm.ID)
-		}
-		t := &Topic{Name: tm.Name, Configs: tm.Configs}
-		copy(t.ID[:], idb)
+		id, _ := parseTopicID(tm.ID)
+		t := &Topic{Name: tm.Name, ID: id, Configs: tm.Configs}
 		parts := make([]*partition.Log, 0, tm.Partitions)
 		t.parts.Store(&parts)
 		b.topics[t.Name], b.byID[t.ID] = t, t
-		if err := b.openPartitions(t, tm.Partitions); err != nil {
+	}
+	if err := b.finishRemovals(); err != nil {
+		return nil, err
+	}
+	counts := make(map[TopicID]int32, len(m.Topics))
+	for _, tm := range m.Topics {
+		id, _ := parseTopicID(tm.ID)
+		counts[id] = tm.Partitions
+	}
+	if err := b.checkLogsDir(counts); err != nil {
+		return nil, err
+	}
+	for _, t := range b.sortedTopicsLocked() {
+		if err := b.openPartitions(t, counts[t.ID]); err != nil {
 			b.closeAll()
 			return nil, err
 		}
-	}
-	if err := b.removeOrphans(); err != nil {
-		b.closeAll()
-		return nil, err
 	}
 	if err := b.persistLocked(); err != nil {
 		b.closeAll()
 		return nil, err
 	}
+	b.stopCheckpoints, b.checkpointsDone = make(chan struct{}), make(chan struct{})
+	go b.checkpointLoop()
 	return b, nil
+}
+
+// removeAll removes the directories of recorded removals; tests replace it
+// to stop a removal half way, as a crash would.
+var removeAll = os.RemoveAll
+
+// ErrMetadata is wrapped by Open's error when meta.json is missing while
+// partition data exists, or cannot be read.
+var ErrMetadata = errors.New("broker metadata")
+
+// finishRemovals removes the directories of the recorded pending removals
+// (deletions and creations that did not finish) and forgets them.
+func (b *Broker) finishRemovals() error {
+	for _, r := range b.removals {
+		dir := filepath.Join(b.cfg.DataDir, logsDirName, r.ID)
+		if r.FromPartition == 0 {
+			b.log.Info("removing the directory of a recorded change that did not finish", "topic", r.Topic, "dir", dir, "reason", r.Reason)
+			if err := removeAll(dir); err != nil {
+				return err
+			}
+			continue
+		}
+		parts, _, err := partitionDirs(dir)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for p := range parts {
+			if p < r.FromPartition {
+				continue
+			}
+			pdir := filepath.Join(dir, strconv.Itoa(int(p)))
+			b.log.Info("removing a partition of a recorded change that did not finish", "topic", r.Topic, "dir", pdir, "reason", r.Reason)
+			if err := removeAll(pdir); err != nil {
+				return err
+			}
+		}
+	}
+	b.removals = nil
+	return nil
+}
+
+// checkLogsDir makes sure every entry under logs/ is a known topic's
+// directory holding exactly its partitions, and that each known topic's
+// directory has an up-to-date descriptor.
+func (b *Broker) checkLogsDir(counts map[TopicID]int32) error {
+	logsDir := filepath.Join(b.cfg.DataDir, logsDirName)
+	ents, err := os.ReadDir(logsDir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		path := filepath.Join(logsDir, e.Name())
+		id, ok := parseTopicID(e.Name())
+		if !ok || !e.IsDir() {
+			return &UnknownDirError{Path: path, Reason: "not a topic directory", DataDir: b.cfg.DataDir}
+		}
+		if _, ok := b.byID[id]; !ok {
+			reason := "no topic in " + metaName + " has this id and no removal of it is recorded"
+			if d, err := readDescriptor(path); err == nil {
+				reason = fmt.Sprintf("it holds topic %q (by its %s), which %s does not list and whose removal is not recorded", d.Name, descriptorName, metaName)
+			}
+			return &UnknownDirError{Path: path, Reason: reason, DataDir: b.cfg.DataDir}
+		}
+	}
+	for _, t := range b.sortedTopicsLocked() {
+		dir := b.topicDir(t)
+		n := counts[t.ID]
+		parts, other, err := partitionDirs(dir)
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w: the directory %s of topic %q is missing; restore it, or create it empty (with its partition directories 0 to %d) to accept that its records are lost", ErrMetadata, dir, t.Name, n-1)
+		}
+		if err != nil {
+			return err
+		}
+		for p := range n {
+			if !parts[p] {
+				pdir := filepath.Join(dir, strconv.Itoa(int(p)))
+				return fmt.Errorf("%w: partition directory %s of topic %q is missing; restore it, or create it empty (mkdir) to accept that its records are lost", ErrMetadata, pdir, t.Name)
+			}
+		}
+		for p := range parts {
+			if p >= n {
+				other = append(other, strconv.Itoa(int(p)))
+			}
+		}
+		if len(other) > 0 {
+			slices.Sort(other)
+			return &UnknownDirError{Path: filepath.Join(dir, other[0]),
+				Reason: fmt.Sprintf("topic %q has %d partitions in %s and no removal of this entry is recorded", t.Name, n, metaName), DataDir: b.cfg.DataDir}
+		}
+		if err := b.ensureDescriptor(t, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *Broker) descriptorOf(t *Topic, partitions int32) descriptor {
+	return descriptor{Name: t.Name, ID: t.ID.String(), Partitions: partitions, Configs: t.Configs, ClusterID: b.clusterID}
+}
+
+// ensureDescriptor writes t's descriptor unless it is already up to date.
+func (b *Broker) ensureDescriptor(t *Topic, partitions int32) error {
+	want := b.descriptorOf(t, partitions)
+	if have, err := readDescriptor(b.topicDir(t)); err == nil && have.equal(want) {
+		return nil
+	}
+	return writeDescriptor(b.topicDir(t), want)
 }
 
 func newClusterID() string {
@@ -164,7 +297,19 @@ func newClusterID() string {
 }
 
 func (b *Broker) topicDir(t *Topic) string {
-	return filepath.Join(b.cfg.DataDir, "logs", t.ID.String())
+	return filepath.Join(b.cfg.DataDir, logsDirName, t.ID.String())
+}
+
+// logOptions are the partition options for partition p of t.
+func (b *Broker) logOptions(t *Topic, p int32) partition.Options {
+	o := b.cfg.Log
+	if o.Logger == nil {
+		o.Logger = b.log
+	}
+	if b.cfg.QuarantineDamagedSegments {
+		o.QuarantineDir = filepath.Join(b.cfg.DataDir, quarantineName, t.ID.String(), strconv.Itoa(int(p)))
+	}
+	return o
 }
 
 // openPartitions grows t to n partitions, opening (or creating) their logs.
@@ -172,10 +317,13 @@ func (b *Broker) openPartitions(t *Topic, n int32) error {
 	old := t.Partitions()
 	parts := slices.Clone(old)
 	for p := int32(len(old)); p < n; p++ {
-		l, err := partition.Open(filepath.Join(b.topicDir(t), strconv.Itoa(int(p))), b.cfg.Log)
+		l, err := partition.Open(filepath.Join(b.topicDir(t), strconv.Itoa(int(p))), b.logOptions(t, p))
 		if err != nil {
 			for _, l := range parts[len(old):] {
 				l.Close()
+			}
+			if errors.Is(err, partition.ErrDamaged) {
+				return fmt.Errorf("open %s-%d: %w; nothing was changed. To move the damaged file to %s and serve the rest, start with --quarantine-damaged-segments", t.Name, p, err, filepath.Join(b.cfg.DataDir, quarantineName))
 			}
 			return fmt.Errorf("open %s-%d: %w", t.Name, p, err)
 		}
@@ -185,72 +333,39 @@ func (b *Broker) openPartitions(t *Topic, n int32) error {
 	return nil
 }
 
-// removeOrphans deletes partition directories of topics that are no longer
-// in the metadata: a crash between recording a deletion and removing the
-// files leaves them behind.
-func (b *Broker) removeOrphans() error {
-	dir := filepath.Join(b.cfg.DataDir, "logs")
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		var id TopicID
-		raw, err := hex.DecodeString(e.Name())
-		if err == nil && len(raw) == 16 {
-			copy(id[:], raw)
-			if _, ok := b.byID[id]; ok {
-				continue
-			}
-		}
-		b.log.Info("removing data of a deleted topic", "dir", e.Name())
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // persistLocked writes the metadata file atomically: write a temporary
 // file, sync it, rename it over the old one and sync the directory.
 func (b *Broker) persistLocked() error {
-	m := metaFile{ClusterID: b.clusterID, ProducerIDLimit: b.pidLimit}
+	m := metaFile{ClusterID: b.clusterID, ProducerIDLimit: b.pidLimit, PendingRemovals: b.removals}
 	for _, t := range b.sortedTopicsLocked() {
 		m.Topics = append(m.Topics, topicMeta{Name: t.Name, ID: t.ID.String(), Partitions: int32(len(t.Partitions())), Configs: t.Configs})
 	}
+	return writeMeta(b.cfg.DataDir, m)
+}
+
+func writeMeta(dataDir string, m metaFile) error {
 	raw, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(b.cfg.DataDir, metaName), raw)
+	return partition.WriteFileAtomic(filepath.Join(dataDir, metaName), raw)
 }
 
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
+// recordRemoval adds r to the pending removals and persists; the caller
+// holds mu.
+func (b *Broker) recordRemoval(r removal) error {
+	b.removals = append(b.removals, r)
+	if err := b.persistLocked(); err != nil {
+		b.removals = b.removals[:len(b.removals)-1]
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return nil
+}
+
+// dropRemoval forgets the pending removal for id (in memory; the next
+// persist records it). The caller holds mu.
+func (b *Broker) dropRemoval(id TopicID) {
+	b.removals = slices.DeleteFunc(b.removals, func(r removal) bool { return r.ID == id.String() })
 }
 
 func (b *Broker) sortedTopicsLocked() []*Topic {
@@ -326,22 +441,64 @@ func (b *Broker) CreateTopic(name string, n int32, configs map[string]string, va
 	rand.Read(t.ID[:])
 	empty := []*partition.Log{}
 	t.parts.Store(&empty)
-	if err := b.openPartitions(t, n); err != nil {
+	// The creation is recorded as a removal first, so a crash before it
+	// commits leaves a directory the next start knows it may remove.
+	if err := b.recordRemoval(removal{Topic: name, ID: t.ID.String(), Reason: "create"}); err != nil {
+		return nil, err
+	}
+	if err := b.createTopicDir(t, n); err != nil {
+		closeLogs(t.Partitions())
+		b.undoLocked(t.ID, b.topicDir(t))
 		return nil, err
 	}
 	b.topics[name], b.byID[t.ID] = t, t
+	b.dropRemoval(t.ID)
 	if err := b.persistLocked(); err != nil {
 		delete(b.topics, name)
 		delete(b.byID, t.ID)
 		closeLogs(t.Partitions())
-		os.RemoveAll(b.topicDir(t))
+		b.undoLocked(t.ID, b.topicDir(t))
 		return nil, err
 	}
 	b.log.Info("created topic", "topic", name, "partitions", n, "id", t.ID.String())
 	return t, nil
 }
 
-// DeleteTopic deletes a topic and its data.
+// createTopicDir makes t's directory, partitions and descriptor durable.
+func (b *Broker) createTopicDir(t *Topic, n int32) error {
+	if err := os.MkdirAll(b.topicDir(t), 0o755); err != nil {
+		return err
+	}
+	if err := partition.SyncDir(filepath.Join(b.cfg.DataDir, logsDirName)); err != nil {
+		return err
+	}
+	if err := b.openPartitions(t, n); err != nil {
+		return err
+	}
+	// Written last, it also makes the partition directories' entries
+	// durable (the write fsyncs the topic directory).
+	return writeDescriptor(b.topicDir(t), b.descriptorOf(t, n))
+}
+
+// undoLocked removes path, which belongs to the pending removal recorded
+// for id, and forgets that removal if the removal worked (otherwise the
+// next start finishes it). Caller holds mu.
+func (b *Broker) undoLocked(id TopicID, paths ...string) {
+	for _, p := range paths {
+		if err := removeAll(p); err != nil {
+			b.log.Warn("undoing a failed topic change; the next start finishes it", "path", p, "err", err)
+			return
+		}
+	}
+	b.dropRemoval(id)
+	if err := b.persistLocked(); err != nil {
+		b.log.Warn("recording an undone topic change; the next start finishes it", "err", err)
+	}
+}
+
+// DeleteTopic deletes a topic and its data. The deletion is recorded in
+// the metadata before any file is removed, so a crash in between is
+// finished by the next start.
 func (b *Broker) DeleteTopic(name string) error {
 	b.mu.Lock()
 	t, ok := b.topics[name]
@@ -351,25 +508,24 @@ func (b *Broker) DeleteTopic(name string) error {
 	}
 	delete(b.topics, name)
 	delete(b.byID, t.ID)
-	if err := b.persistLocked(); err != nil {
+	if err := b.recordRemoval(removal{Topic: name, ID: t.ID.String(), Reason: "delete"}); err != nil {
 		b.topics[name], b.byID[t.ID] = t, t
 		b.mu.Unlock()
 		return err
 	}
 	b.mu.Unlock()
-	// The deletion is durable; removing the files can only be finished,
-	// here or by removeOrphans on the next start.
 	for _, l := range t.Partitions() {
 		l.Close()
 	}
-	if err := os.RemoveAll(b.topicDir(t)); err != nil {
-		b.log.Warn("removing deleted topic's data", "topic", name, "err", err)
-	}
+	b.mu.Lock()
+	b.undoLocked(t.ID, b.topicDir(t))
+	b.mu.Unlock()
 	b.log.Info("deleted topic", "topic", name, "id", t.ID.String())
 	return nil
 }
 
-// CreatePartitions grows a topic to count partitions.
+// CreatePartitions grows a topic to count partitions. The new partitions
+// are recorded as a pending removal until the new count is committed.
 func (b *Broker) CreatePartitions(name string, count int32, validateOnly bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -377,19 +533,41 @@ func (b *Broker) CreatePartitions(name string, count int32, validateOnly bool) e
 	if !ok {
 		return kerr.UnknownTopicOrPartition
 	}
-	if have := int32(len(t.Partitions())); count <= have {
+	have := int32(len(t.Partitions()))
+	if count <= have {
 		return kerr.InvalidPartitions
 	}
 	if validateOnly {
 		return nil
 	}
-	old := t.Partitions()
-	if err := b.openPartitions(t, count); err != nil {
+	if err := b.recordRemoval(removal{Topic: name, ID: t.ID.String(), FromPartition: have, Reason: "create-partitions"}); err != nil {
 		return err
 	}
-	if err := b.persistLocked(); err != nil {
+	old := t.Partitions()
+	undo := func() {
 		closeLogs(t.Partitions()[len(old):])
 		t.parts.Store(&old)
+		var dirs []string
+		for p := have; p < count; p++ {
+			dirs = append(dirs, filepath.Join(b.topicDir(t), strconv.Itoa(int(p))))
+		}
+		if err := writeDescriptor(b.topicDir(t), b.descriptorOf(t, have)); err != nil {
+			b.log.Warn("undoing a failed partition creation; the next start finishes it", "topic", name, "err", err)
+			return
+		}
+		b.undoLocked(t.ID, dirs...)
+	}
+	if err := b.openPartitions(t, count); err != nil {
+		undo()
+		return err
+	}
+	if err := writeDescriptor(b.topicDir(t), b.descriptorOf(t, count)); err != nil {
+		undo()
+		return err
+	}
+	b.dropRemoval(t.ID)
+	if err := b.persistLocked(); err != nil {
+		undo()
 		return err
 	}
 	return nil
@@ -414,8 +592,42 @@ func (b *Broker) NextProducerID() (int64, error) {
 	return id, nil
 }
 
-// Close flushes and closes every partition log.
+// CheckpointLogs records every partition's recovery point (see
+// partition.Log.Checkpoint); the broker calls it every CheckpointInterval.
+func (b *Broker) CheckpointLogs() error {
+	var errs []error
+	for _, t := range b.Topics() {
+		for _, l := range t.Partitions() {
+			errs = append(errs, l.Checkpoint())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (b *Broker) checkpointLoop() {
+	defer close(b.checkpointsDone)
+	tick := time.NewTicker(b.cfg.CheckpointInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			if err := b.CheckpointLogs(); err != nil {
+				b.log.Warn("writing recovery checkpoints", "err", err)
+			}
+		case <-b.stopCheckpoints:
+			return
+		}
+	}
+}
+
+// Close flushes and closes every partition log, which also records their
+// recovery points at the log ends.
 func (b *Broker) Close() error {
+	// The loop takes mu to list the topics, so it is stopped first.
+	b.stopOnce.Do(func() {
+		close(b.stopCheckpoints)
+		<-b.checkpointsDone
+	})
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.closeAll()

@@ -23,7 +23,7 @@ func TestBinarySmoke(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 
-	srv := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--log-level", "warn")
+	srv := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--log-level", "warn")
 	stdout, err := srv.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -35,20 +35,29 @@ func TestBinarySmoke(t *testing.T) {
 		srv.Process.Signal(syscall.SIGTERM)
 		srv.Wait()
 	})
-	addrc := make(chan string, 1)
+	// The start prints the Kafka address, then the HTTP side's.
+	addrc, httpc := make(chan string, 1), make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if rest, ok := strings.CutPrefix(sc.Text(), "groupd listening on "); ok {
 				addrc <- strings.Fields(rest)[0]
 			}
+			if _, rest, ok := strings.Cut(sc.Text(), " on http://"); ok {
+				httpc <- strings.TrimSuffix(rest, "/")
+			}
 		}
 	}()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case <-time.After(30 * time.Second):
-		t.Fatal("groupd did not start")
+	var addr, httpAddr string
+	for _, c := range []struct {
+		ch  chan string
+		dst *string
+	}{{addrc, &addr}, {httpc, &httpAddr}} {
+		select {
+		case *c.dst = <-c.ch:
+		case <-time.After(30 * time.Second):
+			t.Fatal("groupd did not start")
+		}
 	}
 
 	for _, tc := range []struct {
@@ -61,6 +70,8 @@ func TestBinarySmoke(t *testing.T) {
 		{[]string{"groups", "list", "-o", "json"}, 0, `"group": "g"`},
 		{[]string{"groups", "describe", "nope"}, 1, "GROUP_ID_NOT_FOUND"},
 		{[]string{"groups", "rebalances", "g", "--admin-addr", "127.0.0.1:1"}, 1, "admin API at 127.0.0.1:1"},
+		{[]string{"groups", "rebalances", "g", "--admin-addr", httpAddr}, 0, "TRIGGER"},
+		{[]string{"groups", "rebalances", "nope", "--admin-addr", httpAddr}, 1, "GROUP_ID_NOT_FOUND"},
 		{[]string{"groups", "reset-offsets", "g"}, 2, "exactly one of"},
 		{[]string{"groups", "describe", "--bogus", "g"}, 2, "unknown flag"},
 	} {

@@ -40,7 +40,11 @@ var backends = []backend{
 	{name: "kfake", start: startKfake, servesConfigs: true},
 }
 
-func startGroupd(t *testing.T) string {
+func startGroupd(t *testing.T) string { return startGroupdApp(t).Addr() }
+
+// startGroupdApp starts groupd in-process, with its HTTP side (the admin
+// API) on a free port, until the test ends.
+func startGroupdApp(t *testing.T) *app.App {
 	t.Helper()
 	level := slog.LevelWarn
 	if os.Getenv("GROUPD_TEST_LOG") != "" {
@@ -53,8 +57,9 @@ func startGroupd(t *testing.T) string {
 		Log:               partition.Options{Sync: partition.SyncNever},
 		// No initial rebalance delay: the first member's group is Stable
 		// as soon as it has synced.
-		Group:  group.Config{InitialRebalanceDelay: -1},
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		Group:      group.Config{InitialRebalanceDelay: -1},
+		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		HTTPListen: "127.0.0.1:0",
 	})
 	if err != nil {
 		t.Fatalf("start groupd: %v", err)
@@ -66,7 +71,7 @@ func startGroupd(t *testing.T) string {
 			t.Errorf("stop groupd: %v", err)
 		}
 	})
-	return a.Addr()
+	return a
 }
 
 func startKfake(t *testing.T) string {

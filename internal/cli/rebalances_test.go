@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -118,5 +119,83 @@ func TestRebalances(t *testing.T) {
 	r = mustFail(t, 1, "connection refused", "groups", "rebalances", "a/b c", addr)
 	if !strings.Contains(r.stderr, "--http-listen") || strings.Contains(r.stderr, "--bootstrap-server") {
 		t.Errorf("hint for an unreachable admin API: %s", r.stderr)
+	}
+}
+
+// TestRebalancesAgainstGroupd reads a real groupd's admin API: a franz-go
+// member joins, a second one joins and leaves, and the command shows the
+// rebalances the coordinator recorded, as a table and as the API's JSON.
+func TestRebalancesAgainstGroupd(t *testing.T) {
+	a := startGroupdApp(t)
+	bs, admin := "--bootstrap-server="+a.Addr(), "--admin-addr="+a.HTTPAddr()
+	const topic, groupID = "events", "a/b readers"
+	mustRun(t, "topics", "create", topic, "--partitions", "2", bs)
+	first := startConsumer(t, a.Addr(), groupID, topic, 2)
+	second := startConsumer(t, a.Addr(), groupID, topic, 1)
+	second.cl.Close() // leaves the group
+	var want []inspect.Rebalance
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rs, _, err := a.Inspect().Rebalances(testCtx(t), groupID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last := rs[len(rs)-1]; last.Trigger == inspect.TriggerMemberLeft && last.EndedAt != nil {
+			want = rs
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the coordinator recorded %+v, want the second member's leave last", rs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	r := mustRun(t, "groups", "rebalances", groupID, admin)
+	rows := parseTable(t, r.stdout)
+	if len(rows) != len(want) {
+		t.Fatalf("rebalances:\n%s", r.stdout)
+	}
+	for i, w := range want {
+		row := rows[i]
+		maxPause := "-" // nothing moved
+		if len(w.Moved) > 0 {
+			maxPause = msDuration(w.MaxPause().Milliseconds())
+		}
+		for col, v := range map[string]string{
+			"STARTED":     w.StartedAt.UTC().Format("2006-01-02T15:04:05.000Z"),
+			"DURATION":    msDuration(w.DurationMs),
+			"TRIGGER":     w.Trigger,
+			"MEMBER":      w.Member.MemberID,
+			"GENERATION":  fmt.Sprintf("%d→%d", w.GenerationBefore, w.GenerationAfter),
+			"MEMBERS-IN":  fmt.Sprint(len(w.MembersIn)),
+			"MEMBERS-OUT": fmt.Sprint(len(w.MembersOut)),
+			"MOVED":       fmt.Sprint(len(w.Moved)),
+			"MAX-PAUSE":   maxPause,
+		} {
+			if row[col] != v {
+				t.Errorf("rebalance %d: %s = %q, want %q", i+1, col, row[col], v)
+			}
+		}
+	}
+	if n := len(rows); rows[0]["TRIGGER"] != inspect.TriggerMemberJoined || rows[0]["MEMBER"] != first.memberID ||
+		rows[1]["TRIGGER"] != inspect.TriggerMemberJoined || rows[1]["MEMBER"] != second.memberID || rows[n-1]["MEMBER"] != second.memberID {
+		t.Errorf("rebalances:\n%s\nwant joins by %s then %s, and the leave of %s last", r.stdout, first.memberID, second.memberID, second.memberID)
+	}
+
+	// JSON is what the API serves: the coordinator's records.
+	r = mustRun(t, "groups", "rebalances", groupID, admin, "--output", "json")
+	var got []inspect.Rebalance
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("--output json: %v\n%s", err, r.stdout)
+	}
+	gotJSON, _ := json.Marshal(got)
+	wantJSON, _ := json.Marshal(want)
+	if string(gotJSON) != string(wantJSON) {
+		t.Errorf("--output json:\n%s\nthe coordinator holds:\n%s", gotJSON, wantJSON)
+	}
+
+	r = mustFail(t, 1, "GROUP_ID_NOT_FOUND", "groups", "rebalances", "nope", admin)
+	if !strings.Contains(r.stderr, `group "nope" not found`) {
+		t.Errorf("the API's error is not shown: %s", r.stderr)
 	}
 }

@@ -20,10 +20,17 @@
 // COORDINATOR_NOT_AVAILABLE, which clients retry, and the shard rebuilds its
 // machine from the store. Until a shard has
 // loaded its records, requests for its groups are answered with
-// COORDINATOR_LOAD_IN_PROGRESS.
+// COORDINATOR_LOAD_IN_PROGRESS; a load that fails is retried with backoff,
+// except on a stored record that does not decode, which stops the shard and
+// is reported by WaitLoad and Failed.
 //
 // Handle splits requests that name groups of several shards (DescribeGroups,
 // DeleteGroups, OffsetFetch v8+, ListGroups) and merges the answers.
+//
+// The coordinator is also an inspect.Source: read-only views of its groups
+// and their rebalance histories, copied out on each shard's own loop. It
+// completes every finished rebalance (commit gaps from the broker's high
+// watermarks), logs it and tells the Observer before its record is written.
 package coordinator
 
 import (
@@ -59,12 +66,21 @@ type Config struct {
 	// ids are not reused across restarts; 0 means the wall-clock time at
 	// start.
 	Seed uint64
+	// HighWatermark looks up a partition's high watermark, for the lag
+	// and commit gaps the inspect methods and rebalance records report.
+	// It must be safe for concurrent use; nil leaves them unknown.
+	HighWatermark func(topic string, partition int32) (int64, bool)
+	// Observer, if set, is told of finished rebalances and store writes.
+	Observer Observer
+	// Hooks let a simulation pace and watch the runtime; see Hooks.
+	Hooks Hooks
 }
 
 // Coordinator serves the group APIs over sharded group machines.
 type Coordinator struct {
 	cfg       Config
 	shards    []*shard
+	failures  *loadFailures
 	closeOnce sync.Once
 }
 
@@ -98,7 +114,7 @@ func New(cfg Config) *Coordinator {
 		// at the same instant every run.
 		cfg.Seed = uint64(time.Now().UnixNano())
 	}
-	c := &Coordinator{cfg: cfg}
+	c := &Coordinator{cfg: cfg, failures: newLoadFailures()}
 	shared := cfg.Group.NewMemberID
 	var sharedMu sync.Mutex
 	for i := 0; i < cfg.Shards; i++ {
@@ -114,9 +130,12 @@ func New(cfg Config) *Coordinator {
 				return shared(prefix)
 			}
 		}
-		c.shards = append(c.shards, newShard(i, &cfg, gcfg))
+		s := newShard(i, &cfg, gcfg)
+		s.failures = c.failures
+		c.shards = append(c.shards, s)
 	}
 	for _, s := range c.shards {
+		s.busy(1) // the loop, until it exits
 		go s.run()
 	}
 	return c
@@ -148,14 +167,6 @@ func (c *Coordinator) Close() error {
 		}
 	})
 	return nil
-}
-
-// History returns a group's rebalance history (nil if the group is unknown
-// or its shard is not serving).
-func (c *Coordinator) History(groupID string) []group.Rebalance {
-	var h []group.Rebalance
-	c.shardOf(groupID).runFunc(func(m *group.Machine) { h = m.History(groupID) })
-	return h
 }
 
 // barrier waits until every shard has released the replies of all events
@@ -252,6 +263,13 @@ func (s *shard) do(clientID, clientHost string, req kmsg.Request) Wait {
 		return answered(resp, nil)
 	}
 	return func(ctx context.Context) (kmsg.Response, error) {
+		// A reply already released wins over a context that ended, so
+		// a caller polling with an ended context sees every reply.
+		select {
+		case resp := <-cl.reply:
+			return resp, nil
+		default:
+		}
 		select {
 		case resp := <-cl.reply:
 			return resp, nil

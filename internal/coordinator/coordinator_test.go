@@ -12,6 +12,7 @@ import (
 
 	"github.com/groupd/groupd/internal/coordinator/clocktest"
 	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/inspect"
 	"github.com/groupd/groupd/internal/store"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -32,17 +33,18 @@ type env struct {
 	c     *Coordinator
 }
 
-func newEnv(t *testing.T, st store.Store) *env {
+func newEnv(t *testing.T, st store.Store, opts ...func(*Config)) *env {
 	t.Helper()
-	e := newEnvLoading(t, st)
+	e := newEnvLoading(t, st, opts...)
 	e.waitReady()
 	return e
 }
 
-// newEnvLoading starts a coordinator without waiting for its shards to load.
-func newEnvLoading(t *testing.T, st store.Store) *env {
+// newEnvLoading starts a coordinator without waiting for its shards to
+// load; opts may change its configuration.
+func newEnvLoading(t *testing.T, st store.Store, opts ...func(*Config)) *env {
 	e := &env{t: t, clock: clocktest.New(epoch), store: st}
-	e.c = New(Config{
+	cfg := Config{
 		Shards: testShards,
 		Group: group.Config{
 			InitialRebalanceDelay: 3 * time.Second,
@@ -51,7 +53,11 @@ func newEnvLoading(t *testing.T, st store.Store) *env {
 		Store:  st,
 		Clock:  e.clock,
 		Logger: slog.New(slog.DiscardHandler),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	e.c = New(cfg)
 	t.Cleanup(func() { e.c.Close() })
 	return e
 }
@@ -251,8 +257,8 @@ func TestJoinSyncFlow(t *testing.T) {
 	if st.Len() == 0 {
 		t.Fatal("nothing stored after a completed sync")
 	}
-	h := e.c.History("g1")
-	if len(h) != 1 || h[0].Outcome != "stable" || h[0].Generation != 1 {
+	h := history(e, "g1")
+	if len(h) != 1 || h[0].Outcome != "stable" || h[0].GenerationAfter != 1 {
 		t.Fatalf("history %+v", h)
 	}
 }
@@ -270,8 +276,8 @@ func TestSessionTimeoutRemovesMember(t *testing.T) {
 		t.Fatalf("after the session timeout: %s with %d members", g.State, len(g.Members))
 	}
 	code(t, "heartbeat", e.do(heartbeatReq("g1", member, gen)).(*kmsg.HeartbeatResponse).ErrorCode, kerr.UnknownMemberID.Code)
-	h := e.c.History("g1")
-	if last := h[len(h)-1]; last.Trigger != group.TriggerSessionTimeout || last.Member != member {
+	h := history(e, "g1")
+	if last := h[len(h)-1]; last.Trigger != inspect.TriggerSessionTimeout || last.Member.MemberID != member {
 		t.Fatalf("last rebalance %+v", last)
 	}
 }
@@ -328,8 +334,8 @@ func TestRestartKeepsStableGroup(t *testing.T) {
 	if g := describe(b, "g1")[0]; g.State != "Stable" {
 		t.Fatalf("after heartbeat: %s", g.State)
 	}
-	if h := b.c.History("g1"); len(h) != 0 {
-		t.Fatalf("restart caused rebalances: %+v", h)
+	if h := history(b, "g1"); len(h) != 1 {
+		t.Fatalf("restart changed the history: %+v", h)
 	}
 	if got := b.do(fetchReq("g1")).(*kmsg.OffsetFetchResponse).Topics[0].Partitions[0].Offset; got != 42 {
 		t.Fatalf("offset after restart = %d", got)
@@ -365,8 +371,8 @@ func TestLoadInProgress(t *testing.T) {
 	for _, g := range gs {
 		code(t, "describe "+g.Group, g.ErrorCode, kerr.CoordinatorLoadInProgress.Code)
 	}
-	if h := e.c.History("g"); h != nil {
-		t.Fatalf("history while loading: %v", h)
+	if _, _, err := e.c.Rebalances(context.Background(), "g"); !errors.Is(err, ErrNotServing) {
+		t.Fatalf("history while loading: %v", err)
 	}
 
 	close(bs.release)
@@ -633,4 +639,14 @@ func TestLoadRetriesWithBackoff(t *testing.T) {
 	e.clock.Advance(minRetry)
 	e.waitReady()
 	code(t, "heartbeat", e.do(heartbeatReq("g", "m", 1)).(*kmsg.HeartbeatResponse).ErrorCode, kerr.UnknownMemberID.Code)
+}
+
+// history reads a group's rebalances through the inspect view.
+func history(e *env, groupID string) []inspect.Rebalance {
+	e.t.Helper()
+	rs, ok, err := e.c.Rebalances(context.Background(), groupID)
+	if err != nil || !ok {
+		e.t.Fatalf("rebalances of %s: ok=%v err=%v", groupID, ok, err)
+	}
+	return rs
 }

@@ -91,12 +91,15 @@ type held struct {
 // shard owns one group.Machine. Only its loop goroutine touches the fields
 // below the queue; other goroutines talk to it through the queue.
 type shard struct {
+	cfg      *Config
 	id       int
 	store    store.Store
 	clock    Clock
 	log      *slog.Logger
 	gcfg     group.Config
 	interval time.Duration
+	hooks    Hooks
+	failures *loadFailures
 
 	mu     sync.Mutex
 	queue  []event
@@ -106,6 +109,7 @@ type shard struct {
 
 	done  chan struct{} // closed when the loop has exited
 	ready chan struct{} // closed when the first load completed
+	tried chan struct{} // closed when the first load attempt ended, however
 
 	// stepped counts the events the loop has stepped, for tests.
 	stepped atomic.Uint64
@@ -143,15 +147,18 @@ type shard struct {
 
 func newShard(id int, cfg *Config, gcfg group.Config) *shard {
 	return &shard{
+		cfg:      cfg,
 		id:       id,
 		store:    cfg.Store,
 		clock:    cfg.Clock,
 		log:      cfg.Logger.With("shard", id),
 		gcfg:     gcfg,
 		interval: cfg.OffsetsRetentionCheckInterval,
+		hooks:    cfg.Hooks,
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		ready:    make(chan struct{}),
+		tried:    make(chan struct{}),
 		tq:       newTimerQueue(),
 		waiting:  map[group.RequestID]*call{},
 		cur:      &batch{},
@@ -161,9 +168,11 @@ func newShard(id int, cfg *Config, gcfg group.Config) *shard {
 }
 
 func (s *shard) signal() {
+	s.busy(1)
 	select {
 	case s.wake <- struct{}{}:
 	default:
+		s.busy(-1) // a wake-up is already pending
 	}
 }
 
@@ -236,8 +245,9 @@ func (s *shard) close() {
 
 func (s *shard) run() {
 	defer close(s.done)
+	defer s.busy(-1)
 	defer s.shutdown()
-	if !s.loadWithRetry() {
+	if !s.loadWithRetry(false) {
 		return
 	}
 	close(s.ready)
@@ -247,6 +257,7 @@ func (s *shard) run() {
 	defer close(s.toWrite)
 	s.armRetention()
 	for {
+		s.idle()
 		select {
 		case <-s.wake:
 		case b := <-s.written:
@@ -264,11 +275,18 @@ func (s *shard) run() {
 // replies of each as soon as it is durable. It leaves failures to the loop.
 func (s *shard) writer() {
 	for b := range s.toWrite {
+		start := time.Now()
 		b.err = s.store.Apply(b.recs)
+		s.observeWrite(start, len(b.recs), b.err)
 		if b.err == nil {
+			if f := s.hooks.Applied; f != nil {
+				f(s.id, b.recs)
+			}
 			b.release()
 		}
+		s.busy(1)
 		s.written <- b
+		s.busy(-1)
 	}
 }
 
@@ -296,6 +314,7 @@ func (s *shard) stepQueued() bool {
 		// gathered so far.
 		select {
 		case b := <-s.written:
+			s.busy(-1)
 			if !s.landed(b) {
 				return false
 			}
@@ -340,6 +359,7 @@ func (s *shard) flush() {
 		return
 	}
 	s.inflight = b
+	s.busy(1)
 	s.toWrite <- b
 }
 
@@ -383,6 +403,7 @@ func (s *shard) drain() bool {
 		if s.inflight == nil {
 			continue
 		}
+		s.busy(-1)
 		if !s.landed(<-s.written) {
 			return false
 		}
@@ -400,16 +421,16 @@ func (s *shard) process(evs []event) bool {
 			s.nextID++
 			id := s.nextID
 			s.waiting[id] = ev.call
-			s.collect(s.m.Step(s.clock.Now(), group.Request{
+			s.collect(s.step(group.Request{
 				ID:         id,
 				ClientID:   ev.call.clientID,
 				ClientHost: ev.call.clientHost,
 				Msg:        ev.call.req,
 			}))
 		case evTimer:
-			s.collect(s.m.Step(s.clock.Now(), group.Timer{Key: ev.key}))
+			s.collect(s.step(group.Timer{Key: ev.key}))
 		case evExpire:
-			s.collect(s.m.Step(s.clock.Now(), group.ExpireOffsets{}))
+			s.collect(s.step(group.ExpireOffsets{}))
 			s.armRetention()
 		case evFunc:
 			ev.fn(s.m)
@@ -428,6 +449,9 @@ func (s *shard) process(evs []event) bool {
 
 // collect adds one step's effects to the current batch.
 func (s *shard) collect(out group.Output) {
+	if len(out.Rebalances) > 0 {
+		s.finishRebalances(out.Rebalances)
+	}
 	s.applyTimers(out.Timers)
 	s.cur.recs = append(s.cur.recs, out.Records...)
 	for _, r := range out.Replies {
@@ -453,7 +477,7 @@ func (s *shard) collect(out group.Output) {
 func (s *shard) reload(hold []held) bool {
 	s.m = nil
 	s.stopTimers()
-	err := s.load()
+	err := s.load(true)
 	for _, h := range hold {
 		if h.call != nil {
 			h.call.reply <- ErrorResponse(h.call.req, kerr.CoordinatorNotAvailable.Code)
@@ -478,7 +502,7 @@ func (s *shard) reload(hold []held) bool {
 	}
 	s.queue = kept
 	s.mu.Unlock()
-	return s.loadWithRetry()
+	return s.loadWithRetry(true)
 }
 
 func (s *shard) failWaiting(code int16) {
@@ -489,24 +513,39 @@ func (s *shard) failWaiting(code int16) {
 }
 
 // loadWithRetry loads the shard, retrying with backoff until it succeeds
-// or the shard is closed (then it reports false).
-func (s *shard) loadWithRetry() bool {
+// or the shard is closed (then it reports false). A store that holds a
+// record that does not decode is not retried: reading it again gives the
+// same bytes. The shard then stops (reporting false), and the coordinator
+// reports the error (Coordinator.Failed).
+func (s *shard) loadWithRetry(reload bool) bool {
 	backoff := minRetry
 	for {
-		err := s.load()
+		err := s.load(reload)
 		if err == nil {
 			s.setLoaded(true)
+			s.attempted()
 			// Events may have queued while loading; make sure the
 			// loop looks.
 			s.signal()
 			return true
 		}
-		s.log.Error("loading shard failed; retrying", "err", err, "backoff", backoff)
+		if undecodable(err) {
+			s.log.Error("a stored record does not decode; the shard stops and is not retried", "err", err)
+			s.failures.add(err)
+			s.attempted()
+			return false
+		}
+		s.attempted()
+		s.log.Error("loading shard failed; retrying (its groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile)", "err", err, "backoff", backoff)
 		retry := make(chan struct{})
-		stop := s.clock.AfterFunc(backoff, func() { close(retry) })
+		stop := s.clock.AfterFunc(backoff, func() {
+			s.busy(1)
+			close(retry)
+		})
 		backoff = min(2*backoff, maxRetry)
 	wait:
 		for {
+			s.busy(-1)
 			select {
 			case <-retry:
 				break wait
@@ -515,7 +554,12 @@ func (s *shard) loadWithRetry() bool {
 				closed := s.closed
 				s.mu.Unlock()
 				if closed {
-					stop()
+					if !stop() {
+						// The retry fired or is firing; take
+						// its wake-up so the count stays right.
+						<-retry
+						s.busy(-1)
+					}
 					return false
 				}
 			}
@@ -524,7 +568,14 @@ func (s *shard) loadWithRetry() bool {
 }
 
 // load replays the shard's records into a fresh machine.
-func (s *shard) load() error {
+func (s *shard) load(reload bool) (err error) {
+	if f := s.hooks.Loaded; f != nil {
+		defer func() {
+			if err != nil {
+				f(s.id, nil, reload)
+			}
+		}()
+	}
 	start := time.Now()
 	m := group.New(s.gcfg)
 	var recs []group.Record
@@ -541,8 +592,14 @@ func (s *shard) load() error {
 		if err := s.store.Apply(out.Records); err != nil {
 			return err
 		}
+		if f := s.hooks.Applied; f != nil {
+			f(s.id, out.Records)
+		}
 	}
 	s.m = m
+	if f := s.hooks.Loaded; f != nil {
+		f(s.id, m, reload)
+	}
 	s.applyTimers(out.Timers)
 	s.log.Info("shard loaded", "records", len(recs), "groups", len(m.Groups()), "took", time.Since(start))
 	return nil

@@ -74,7 +74,7 @@ func groupBenchTargets(b *testing.B, sync partition.SyncPolicy) []benchTarget {
 	if *benchFloor != "" {
 		return []benchTarget{floorTarget(b), {"kfake", kf.ListenAddrs()[0]}}
 	}
-	return []benchTarget{{"groupd", a.Addr()}, {"kfake", kf.ListenAddrs()[0]}}
+	return append([]benchTarget{{"groupd", a.Addr()}, {"kfake", kf.ListenAddrs()[0]}}, httpSideTargets(b, sync)...)
 }
 
 // benchConn is a raw Kafka connection that can keep several requests in
@@ -553,6 +553,7 @@ func BenchmarkRebalance1000(b *testing.B) {
 	b.ReportMetric(g, targets[0].name+"-ms")
 	b.ReportMetric(k, "kfake-ms")
 	b.ReportMetric(g/k, "ratio")
+	reportHTTPCost(b, elapsed)
 }
 
 // formGroups builds count groups of size members each, several at a time.
@@ -656,6 +657,7 @@ func reportRate(b *testing.B, name string, elapsed map[string]time.Duration, n f
 	b.ReportMetric(g, name+"-"+unit)
 	b.ReportMetric(k, "kfake-"+unit)
 	b.ReportMetric(g/k, "ratio")
+	reportHTTPCost(b, elapsed)
 }
 
 // benchmarkCommits measures simple-group OffsetCommit v9 throughput (no

@@ -91,10 +91,17 @@ type groupdProc struct {
 // "groupd listening on HOST:PORT ..." line.
 func startGroupd(t *testing.T, dir, listen string, extra ...string) *groupdProc {
 	t.Helper()
+	return startGroupdCmd(t, []string{groupdBinary(t)}, dir, listen, extra...)
+}
+
+// startGroupdCmd is startGroupd with the command that runs groupd given:
+// argv is a binary, or a wrapper and its arguments ending in the binary.
+func startGroupdCmd(t *testing.T, argv []string, dir, listen string, extra ...string) *groupdProc {
+	t.Helper()
 	p := &groupdProc{stderr: &lockedBuffer{}, exited: make(chan struct{})}
 	args := append([]string{"--listen", listen, "--data-dir", dir,
-		"--log-level", "warn", "--group-initial-rebalance-delay", "100ms"}, extra...)
-	p.cmd = exec.Command(groupdBinary(t), args...)
+		"--log-level", "warn", "--group-initial-rebalance-delay", "100ms", "--http-listen", "127.0.0.1:0"}, extra...)
+	p.cmd = exec.Command(argv[0], append(argv[1:len(argv):len(argv)], args...)...)
 	p.cmd.Stderr = p.stderr
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {

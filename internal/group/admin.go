@@ -50,13 +50,15 @@ func (m *Machine) listGroups(r Request, req *kmsg.ListGroupsRequest) {
 	resp := kmsg.NewPtrListGroupsResponse()
 	resp.Version = req.Version
 	defer m.reply(r.ID, resp)
+	// Kafka lower-cases and trims each state filter, and lower-cases
+	// each type filter.
 	states := map[string]bool{}
 	for _, s := range req.StatesFilter {
-		states[strings.ToLower(s)] = true
+		states[strings.TrimFunc(javaLower(s), isJavaTrimmed)] = true
 	}
 	typeOK := len(req.TypesFilter) == 0
 	for _, t := range req.TypesFilter {
-		if strings.EqualFold(t, "classic") {
+		if javaLower(t) == "classic" {
 			typeOK = true
 		}
 	}
@@ -107,6 +109,10 @@ func (m *Machine) offsetDelete(r Request, req *kmsg.OffsetDeleteRequest) {
 	defer m.reply(r.ID, resp)
 	g := m.groups[req.Group]
 	switch {
+	case req.Group == "":
+		// Even for a group "" that offset commits created.
+		resp.ErrorCode = errInvalidGroupID
+		return
 	case g == nil || g.state == Dead:
 		resp.ErrorCode = errGroupIDNotFound
 		return
@@ -132,3 +138,15 @@ func (m *Machine) offsetDelete(r Request, req *kmsg.OffsetDeleteRequest) {
 		resp.Topics = append(resp.Topics, rt)
 	}
 }
+
+// javaLower lower-cases s as Java's String.toLowerCase(Locale.ROOT) does
+// for a comparison with an ASCII name. The one letter where Go differs is
+// U+0130 (capital I with dot above), which Go lowers to "i" and Java to
+// "i" and a combining dot, so that it never matches.
+func javaLower(s string) string {
+	return strings.ToLower(strings.ReplaceAll(s, "\u0130", "i\u0307"))
+}
+
+// isJavaTrimmed reports whether Java's String.trim removes r from an end:
+// every control character and the space, and nothing else.
+func isJavaTrimmed(r rune) bool { return r <= ' ' }

@@ -26,8 +26,14 @@ type Config struct {
 	// NewMemberJoinTimeout bounds how long a newly added member's first
 	// JoinGroup may stay parked (KAFKA-7610).
 	NewMemberJoinTimeout time.Duration
-	// HistorySize is how many rebalances each group remembers.
+	// HistorySize is how many rebalances each group remembers (and
+	// keeps in the store).
 	HistorySize int
+	// StormWindow and StormCount define a rebalance storm: a rebalance
+	// whose trigger came from the same member (by instance id, or client
+	// id and host) at least StormCount times within StormWindow.
+	StormWindow time.Duration
+	StormCount  int
 	// NewMemberID returns a fresh member id given a prefix (the group
 	// instance id or client id). It must be deterministic for
 	// reproducibility and should not repeat ids across restarts: give it a
@@ -46,7 +52,9 @@ func DefaultConfig() Config {
 		OffsetsRetention:       7 * 24 * time.Hour,
 		OffsetMetadataMaxBytes: 4096,
 		NewMemberJoinTimeout:   5 * time.Minute,
-		HistorySize:            16,
+		HistorySize:            100,
+		StormWindow:            5 * time.Minute,
+		StormCount:             3,
 	}
 }
 
@@ -77,6 +85,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HistorySize <= 0 {
 		c.HistorySize = d.HistorySize
+	}
+	if c.StormWindow <= 0 {
+		c.StormWindow = d.StormWindow
+	}
+	if c.StormCount <= 0 {
+		c.StormCount = d.StormCount
 	}
 	if c.NewMemberID == nil {
 		c.NewMemberID = SeededMemberIDs(0)

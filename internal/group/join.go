@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/groupd/groupd/internal/inspect"
 )
 
 func strPtr(s string) *string { return &s }
@@ -89,8 +91,14 @@ func (m *Machine) joinGroup(r Request, req *kmsg.JoinGroupRequest) {
 	j := joinArgs{r: r, req: req, p: p, session: session, rebalance: rebalance, instanceID: instanceID}
 	switch {
 	case !m.acceptJoiningMember(g, req.MemberID):
+		// Kafka's group.remove: the refused id is neither a member nor
+		// pending any more. Unlike Kafka, the join phase completes at
+		// once if the refused member was all it waited for, rather than
+		// at the next join or timer.
 		if mem := g.members[req.MemberID]; mem != nil {
-			m.removeMember(g, mem, errUnknownMemberID)
+			m.removeMember(g, mem, errUnknownMemberID, m.now)
+		} else if g.pending[req.MemberID] {
+			m.removePending(g, req.MemberID)
 		}
 		m.replyJoinError(p, errGroupMaxSizeReached, "")
 		m.maybeCompleteJoinPhase(g)
@@ -197,16 +205,20 @@ func (m *Machine) joinExistingMember(g *group, j joinArgs) {
 			m.replyJoinError(j.p, errUnknownMemberID, id)
 			return
 		}
-		delete(g.pending, id)
-		m.cancel(TimerKey{Group: g.id, Kind: TimerPending, Member: id})
+		m.removePending(g, id)
 		m.addMember(g, j, id)
 		return
 	}
 	if code := g.validateMember(id, j.instanceID); code != 0 {
+		if code == errUnknownMemberID {
+			m.heardFromDeparted(g, id)
+		}
 		m.replyJoinError(j.p, code, id)
 		return
 	}
 	mem := g.members[id]
+	prior := g.priorJoin(mem)
+	m.noteJoin(mem)
 	switch g.state {
 	case PreparingRebalance:
 		m.updateMember(g, mem, j)
@@ -218,18 +230,18 @@ func (m *Machine) joinExistingMember(g *group, j joinArgs) {
 			return
 		}
 		m.updateMember(g, mem, j)
-		m.prepareRebalance(g, reason{trigger: TriggerMetadataChange, member: id})
+		m.prepareRebalance(g, m.rejoinReason(g, mem, inspect.TriggerSubscriptionChanged, prior))
 	case Stable:
 		if g.leader == id {
 			// The leader rejoins to react to changes invisible in
 			// member metadata (e.g. new partitions).
 			m.updateMember(g, mem, j)
-			m.prepareRebalance(g, reason{trigger: TriggerLeaderRejoin, member: id})
+			m.prepareRebalance(g, m.rejoinReason(g, mem, inspect.TriggerLeaderRejoined, prior))
 			return
 		}
 		if !mem.matches(j.req.Protocols) {
 			m.updateMember(g, mem, j)
-			m.prepareRebalance(g, reason{trigger: TriggerMetadataChange, member: id})
+			m.prepareRebalance(g, m.rejoinReason(g, mem, inspect.TriggerSubscriptionChanged, prior))
 			return
 		}
 		m.reply(j.p.id, g.joinResponse(j.p.version, id, false))
@@ -279,10 +291,11 @@ func (m *Machine) addMember(g *group, j joinArgs, id string) {
 		g.newMemberAdded = true
 	}
 	g.add(mem)
+	m.noteJoin(mem)
 	// A new member cannot heartbeat while its join is parked, so its
 	// liveness is bounded by the new-member join timeout instead.
 	m.schedule(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: id}, m.cfg.NewMemberJoinTimeout)
-	m.maybePrepareRebalanceOrCompleteJoin(g, reason{trigger: TriggerNewMember, member: id})
+	m.maybePrepareRebalanceOrCompleteJoin(g, reason{trigger: m.newMemberTrigger(g, mem), who: mem, newcomer: true})
 }
 
 func (m *Machine) replaceStaticMember(g *group, j joinArgs, oldID, newID string) {
@@ -314,8 +327,14 @@ func (m *Machine) replaceStaticMember(g *group, j joinArgs, oldID, newID string)
 		protocols:    old.protocols,
 		assignment:   old.assignment,
 		seq:          old.seq,
+		received:     old.received,
+		receivedGen:  old.receivedGen,
+		awaiting:     old.awaiting,
+		revoking:     old.revoking,
+		pending:      old.pending,
 	}
 	g.members[newID] = mem
+	m.renameMember(g, oldID, newID)
 	g.static[mem.instanceID] = newID
 	if g.leader == oldID {
 		g.leader = newID
@@ -326,6 +345,8 @@ func (m *Machine) replaceStaticMember(g *group, j joinArgs, oldID, newID string)
 	}
 	m.schedule(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: newID}, mem.session)
 	m.updateMember(g, mem, j)
+	m.noteJoin(mem)
+	replaced := reason{trigger: inspect.TriggerStaticReplaced, who: mem, removed: []string{oldID}, newcomer: true}
 
 	switch g.state {
 	case Stable:
@@ -336,7 +357,7 @@ func (m *Machine) replaceStaticMember(g *group, j joinArgs, oldID, newID string)
 		// would stay unassigned. Kafka replaces without a rebalance
 		// here too; groupd rebalances instead.
 		if g.selectProtocol() != g.protocol || handover {
-			m.prepareRebalance(g, reason{trigger: TriggerStaticMemberRejoin, member: newID})
+			m.prepareRebalance(g, replaced)
 			return
 		}
 		// KIP-345: same protocol, so no rebalance; persist the new id
@@ -359,7 +380,7 @@ func (m *Machine) replaceStaticMember(g *group, j joinArgs, oldID, newID string)
 		m.reply(j.p.id, resp)
 	case CompletingRebalance:
 		// The leader may already have assigned to the old id.
-		m.prepareRebalance(g, reason{trigger: TriggerStaticMemberRejoin, member: newID})
+		m.prepareRebalance(g, replaced)
 	default:
 		m.maybeCompleteJoinPhase(g)
 	}
@@ -424,13 +445,19 @@ func (m *Machine) onInitialDelay(g *group) {
 func (m *Machine) completeJoin(g *group) {
 	m.cancel(TimerKey{Group: g.id, Kind: TimerJoin})
 	g.joinIsInitial = false
+	var timedOut []*member
 	for _, mem := range g.sortedMembers() {
 		if mem.join == nil && mem.instanceID == "" {
 			g.remove(mem.id)
 			m.cancel(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: mem.id})
-			if g.current != nil {
-				g.current.TimedOut = append(g.current.TimedOut, mem.id)
+			timedOut = append(timedOut, mem)
+			m.memberGone(g, mem, mem.lastSeen)
+			d := departure{memberID: mem.id, identity: mem.identity(), trigger: inspect.TriggerRebalanceTimeout,
+				at: m.now, lastSeen: mem.lastSeen, session: mem.session, rebalance: mem.rebalance}
+			if g.cur != nil {
+				d.phaseStart = g.cur.rec.StartedAt
 			}
+			m.depart(g, d)
 		}
 	}
 	if !m.electJoinedLeader(g) && len(g.members) > 0 {
@@ -450,14 +477,12 @@ func (m *Machine) completeJoin(g *group) {
 		g.transition(m.now, Empty)
 	}
 	g.pendingSync = map[string]bool{}
+	m.joinPhaseDone(g, timedOut)
 	if g.state == Empty {
 		g.leader = ""
 		m.record(m.metadataRecord(g, nil))
 		m.closeRebalance(g, "empty")
 		return
-	}
-	if g.current != nil {
-		g.current.Generation = g.generation
 	}
 	for _, mem := range g.sortedMembers() {
 		if mem.join != nil {
@@ -509,6 +534,9 @@ func (m *Machine) propagateAssignment(g *group, code int16) {
 		}
 		m.reply(mem.sync.id, resp)
 		mem.sync = nil
+		if code == 0 {
+			m.delivered(g, mem)
+		}
 		// Expirations that fired while the member waited were ignored,
 		// so its session starts over now.
 		m.schedule(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: mem.id}, mem.session)
@@ -516,8 +544,9 @@ func (m *Machine) propagateAssignment(g *group, code int16) {
 }
 
 // removeMember drops a member, answering whatever it has parked, and
-// reacts like Kafka's removeMemberAndUpdateClassicGroup.
-func (m *Machine) removeMember(g *group, mem *member, code int16) {
+// reacts like Kafka's removeMemberAndUpdateClassicGroup. lastHeard is when
+// the member gave up its partitions if it had not yet (see memberGone).
+func (m *Machine) removeMember(g *group, mem *member, code int16, lastHeard time.Time) {
 	if mem.join != nil {
 		m.replyJoinError(mem.join, code, "")
 		g.setJoin(mem, nil)
@@ -529,6 +558,7 @@ func (m *Machine) removeMember(g *group, mem *member, code int16) {
 	}
 	g.remove(mem.id)
 	m.cancel(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: mem.id})
+	m.memberGone(g, mem, lastHeard)
 }
 
 func (m *Machine) onHeartbeatExpired(g *group, id string) {
@@ -541,15 +571,23 @@ func (m *Machine) onHeartbeatExpired(g *group, id string) {
 	if !mem.isNew && (mem.join != nil || mem.sync != nil) {
 		return
 	}
-	m.removeMember(g, mem, errUnknownMemberID)
+	m.removeMember(g, mem, errUnknownMemberID, mem.lastSeen)
+	m.depart(g, departure{memberID: id, identity: mem.identity(), trigger: inspect.TriggerSessionTimeout,
+		at: m.now, lastSeen: mem.lastSeen, session: mem.session, rebalance: mem.rebalance})
 	switch g.state {
 	case Stable, CompletingRebalance:
-		m.maybePrepareRebalanceOrCompleteJoin(g, reason{TriggerSessionTimeout, id, []string{id}})
+		m.maybePrepareRebalanceOrCompleteJoin(g, reason{trigger: inspect.TriggerSessionTimeout, who: mem, removed: []string{id}})
 	case PreparingRebalance:
 		if g.hasAllMembersJoined() {
 			m.completeJoin(g)
 		}
 	}
+}
+
+// removePending forgets a KIP-394 pending member id and its deadline.
+func (m *Machine) removePending(g *group, id string) {
+	delete(g.pending, id)
+	m.cancel(TimerKey{Group: g.id, Kind: TimerPending, Member: id})
 }
 
 func (m *Machine) onPendingExpired(g *group, id string) {
@@ -573,12 +611,18 @@ func (m *Machine) onSyncExpired(g *group) {
 		return
 	}
 	ids := sortedKeys(g.pendingSync)
+	var first *member
 	for _, id := range ids {
 		if mem := g.members[id]; mem != nil {
-			m.removeMember(g, mem, errUnknownMemberID)
+			m.removeMember(g, mem, errUnknownMemberID, mem.lastSeen)
+			m.depart(g, departure{memberID: id, identity: mem.identity(), trigger: inspect.TriggerPendingSyncTimeout,
+				at: m.now, lastSeen: mem.lastSeen, session: mem.session, rebalance: mem.rebalance})
+			if first == nil {
+				first = mem
+			}
 		}
 	}
-	m.prepareRebalance(g, reason{TriggerPendingSyncTimeout, ids[0], ids})
+	m.prepareRebalance(g, reason{trigger: inspect.TriggerPendingSyncTimeout, who: first, removed: ids})
 }
 
 // revocationPending reports whether a consumer-protocol member's

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/groupd/groupd/internal/inspect"
 )
 
 // RequestID is an opaque handle the caller attaches to each request; replies,
@@ -117,6 +119,11 @@ type Output struct {
 	Records []Record
 	Replies []Reply
 	Timers  []TimerUpdate
+	// Rebalances are the rebalances this step finished. Each is also the
+	// Rebalance of a record in Records and an entry of its group's
+	// history: the runtime may fill in the Moved[i].CommitGap fields,
+	// and nothing else, before the records are made durable.
+	Rebalances []*inspect.Rebalance
 }
 
 // parked is a request waiting for a later event.
@@ -144,6 +151,26 @@ type member struct {
 	sync         *parked
 	isNew        bool
 	seq          uint64 // join order, for deterministic iteration
+
+	// For the rebalance history (history.go). lastSeen is when the member
+	// last sent a heartbeat, JoinGroup, SyncGroup or an offset commit that
+	// kept its session alive; joinedAt its latest
+	// JoinGroup. received is the assignment it was last given (assignment
+	// may be newer while it has not synced) and receivedGen its
+	// generation. gaveUp is when it first learnt of a rebalance after
+	// receiving its assignment (a JoinGroup, or a heartbeat answered
+	// REBALANCE_IN_PROGRESS): an eager member revokes everything then.
+	// awaiting is set while the rebalance in progress waits for the
+	// member to receive its assignment, and pending holds its moves;
+	// revoking while orphans it has still to give up are waiting for it.
+	lastSeen    time.Time
+	joinedAt    time.Time
+	received    []byte
+	receivedGen int32
+	gaveUp      time.Time
+	awaiting    bool
+	revoking    bool
+	pending     []pendingMove
 }
 
 func (m *member) metadataFor(name string) []byte {
@@ -225,9 +252,16 @@ type group struct {
 
 	offsets offsetTable
 
-	history      []Rebalance
-	current      *Rebalance
-	startMembers map[string]bool
+	// The rebalance history (history.go): finished rebalances oldest
+	// first, the one in progress, the next sequence number, partitions
+	// nobody holds, recently removed members, and when the group was
+	// loaded from the store.
+	history  []*inspect.Rebalance
+	cur      *rebalance
+	nextSeq  uint64
+	orphans  map[topicPartition]orphan
+	departed []departure
+	loadedAt time.Time
 }
 
 func newGroup(id string, now time.Time) *group {
@@ -242,6 +276,7 @@ func newGroup(id string, now time.Time) *group {
 		static:      map[string]string{},
 		offsets:     newOffsetTable(),
 		supporters:  map[string]int{},
+		nextSeq:     1,
 	}
 }
 
@@ -749,8 +784,10 @@ func (m *Machine) unload() {
 	}
 }
 
-// removeGroup drops a deleted or expired group. Its timers go with it.
+// removeGroup drops a deleted or expired group. Its timers and its
+// rebalance history go with it.
 func (m *Machine) removeGroup(g *group) {
+	m.dropHistory(g)
 	g.transition(m.now, Dead)
 	delete(m.groups, g.id)
 	for k := range m.timers {

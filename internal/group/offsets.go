@@ -65,6 +65,16 @@ func (m *Machine) offsetCommit(r Request, req *kmsg.OffsetCommitRequest) {
 	default:
 		code = g.validateOffsetCommit(memberID, instanceID, generation)
 	}
+	if code == 0 && (g.state == Stable || g.state == PreparingRebalance) {
+		// A commit keeps the committer's session alive, as Kafka's
+		// commitOffset does: a member busy processing may send commits
+		// while its heartbeats run late. Validation passed with a
+		// member id here, so the member exists.
+		if mem := g.members[memberID]; mem != nil {
+			m.schedule(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: mem.id}, mem.session)
+			mem.lastSeen = m.now
+		}
+	}
 	// One allocation each for the response's partitions, the records and
 	// their values, instead of one per partition: a commit's partitions
 	// are the coordinator's busiest path.

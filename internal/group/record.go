@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
+
+	"github.com/groupd/groupd/internal/inspect"
 )
 
 // RecordType says what a record's key names.
@@ -16,6 +19,9 @@ type RecordType uint8
 const (
 	RecordGroupMetadata RecordType = 1
 	RecordOffsetCommit  RecordType = 2
+	// RecordRebalance is one finished rebalance of a group's history,
+	// keyed by group and sequence number.
+	RecordRebalance RecordType = 3
 )
 
 func (t RecordType) String() string {
@@ -24,20 +30,25 @@ func (t RecordType) String() string {
 		return "GroupMetadata"
 	case RecordOffsetCommit:
 		return "OffsetCommit"
+	case RecordRebalance:
+		return "Rebalance"
 	}
 	return fmt.Sprintf("RecordType(%d)", uint8(t))
 }
 
 // Record is a key and value for the coordinator store. A nil Metadata (for
-// RecordGroupMetadata) or nil Offset (for RecordOffsetCommit) is a tombstone:
-// the key is deleted.
+// RecordGroupMetadata), Offset (for RecordOffsetCommit) or Rebalance (for
+// RecordRebalance) is a tombstone: the key is deleted.
 type Record struct {
 	Type      RecordType
 	Group     string
 	Topic     string // offsets only
 	Partition int32  // offsets only
+	Seq       uint64 // rebalances only
 	Metadata  *GroupMetadata
 	Offset    *OffsetCommit
+	// Rebalance's Group and Seq are the record's.
+	Rebalance *inspect.Rebalance
 }
 
 // GroupMetadata is the whole persisted state of a classic group, like Kafka's
@@ -84,6 +95,8 @@ func (r Record) Tombstone() bool {
 		return r.Metadata == nil
 	case RecordOffsetCommit:
 		return r.Offset == nil
+	case RecordRebalance:
+		return r.Rebalance == nil
 	}
 	return true
 }
@@ -102,9 +115,12 @@ func (r Record) Key() []byte { return r.AppendKey(nil) }
 func (r Record) AppendKey(b []byte) []byte {
 	b = append(b, keyVersion, byte(r.Type))
 	b = appendString(b, r.Group)
-	if r.Type == RecordOffsetCommit {
+	switch r.Type {
+	case RecordOffsetCommit:
 		b = appendString(b, r.Topic)
 		b = binary.BigEndian.AppendUint32(b, uint32(r.Partition))
+	case RecordRebalance:
+		b = binary.BigEndian.AppendUint64(b, r.Seq)
 	}
 	return b
 }
@@ -150,6 +166,8 @@ func (r Record) AppendValue(b []byte) []byte {
 		b = appendString(b, v.Metadata)
 		b = binary.AppendVarint(b, v.CommitTimestamp)
 		b = binary.AppendVarint(b, v.ExpireTimestamp)
+	case RecordRebalance:
+		b = appendRebalance(b, r.Rebalance)
 	}
 	return b
 }
@@ -234,6 +252,30 @@ func (r *reader) take(n uint64) []byte {
 
 func (r *reader) string() string { return string(r.take(r.uvarint())) }
 
+// bool reads a byte that must be 0 or 1.
+func (r *reader) bool() bool {
+	b := r.take(1)
+	if r.err != nil {
+		return false
+	}
+	if b[0] > 1 {
+		r.fail()
+		return false
+	}
+	return b[0] == 1
+}
+
+// count reads a list length, refusing one the rest of the input cannot
+// hold at minSize bytes an element, before anything is allocated.
+func (r *reader) count(minSize int) int {
+	n := r.uvarint()
+	if n > uint64(len(r.b)/minSize) {
+		r.fail()
+		return 0
+	}
+	return int(n)
+}
+
 func (r *reader) bytes() []byte {
 	n := r.uvarint()
 	if n == 0 {
@@ -260,6 +302,11 @@ func DecodeRecord(key, value []byte) (Record, error) {
 		p := kr.take(4)
 		if kr.err == nil {
 			rec.Partition = int32(binary.BigEndian.Uint32(p))
+		}
+	case RecordRebalance:
+		seq := kr.take(8)
+		if kr.err == nil {
+			rec.Seq = binary.BigEndian.Uint64(seq)
 		}
 	default:
 		return Record{}, fmt.Errorf("group: unknown record type %d", key[1])
@@ -312,6 +359,8 @@ func DecodeRecord(key, value []byte) (Record, error) {
 		v.CommitTimestamp = r.varint()
 		v.ExpireTimestamp = r.varint()
 		rec.Offset = v
+	case RecordRebalance:
+		rec.Rebalance = readRebalance(&r, rec.Group, rec.Seq)
 	}
 	if r.err != nil {
 		return Record{}, r.err
@@ -367,8 +416,16 @@ func (m *Machine) Replay(now time.Time, recs []Record) Output {
 
 	metas := map[string]*GroupMetadata{}
 	offsets := map[string]map[topicPartition]*OffsetCommit{}
+	histories := map[string]map[uint64]*inspect.Rebalance{}
 	for _, r := range recs {
 		switch r.Type {
+		case RecordRebalance:
+			h := histories[r.Group]
+			if h == nil {
+				h = map[uint64]*inspect.Rebalance{}
+				histories[r.Group] = h
+			}
+			h[r.Seq] = r.Rebalance
 		case RecordGroupMetadata:
 			metas[r.Group] = r.Metadata
 		case RecordOffsetCommit:
@@ -399,6 +456,9 @@ func (m *Machine) Replay(now time.Time, recs []Record) Output {
 				protocolType: v.ProtocolType,
 				protocols:    []protocol{{name: v.Protocol, metadata: mm.Subscription}},
 				assignment:   mm.Assignment,
+				received:     mm.Assignment,
+				receivedGen:  v.Generation,
+				lastSeen:     now,
 			}
 			g.add(mem)
 		}
@@ -414,6 +474,7 @@ func (m *Machine) Replay(now time.Time, recs []Record) Output {
 			g.state, g.prevState = Stable, CompletingRebalance
 		}
 		g.computeSubscribedTopics()
+		g.loadedAt = now
 		m.groups[id] = g
 	}
 	for id, os := range offsets {
@@ -438,6 +499,9 @@ func (m *Machine) Replay(now time.Time, recs []Record) Output {
 		}
 	}
 	for _, id := range m.Groups() {
+		m.loadHistory(m.groups[id], histories[id])
+	}
+	for _, id := range m.Groups() {
 		g := m.groups[id]
 		if g.state != Stable {
 			continue
@@ -446,8 +510,148 @@ func (m *Machine) Replay(now time.Time, recs []Record) Output {
 			m.schedule(TimerKey{Group: id, Kind: TimerHeartbeat, Member: mem.id}, mem.session)
 		}
 		if len(g.members) > m.cfg.MaxGroupSize {
-			m.prepareRebalance(g, reason{trigger: TriggerOversized})
+			m.prepareRebalance(g, reason{trigger: inspect.TriggerGroupOversized})
 		}
 	}
 	return m.end()
+}
+
+// loadHistory gives a replayed group its stored rebalances, the newest
+// HistorySize of them; older ones (the history was made shorter since they
+// were written) are tombstoned.
+func (m *Machine) loadHistory(g *group, h map[uint64]*inspect.Rebalance) {
+	seqs := make([]uint64, 0, len(h))
+	for seq, r := range h {
+		if r != nil {
+			seqs = append(seqs, seq)
+		}
+	}
+	slices.Sort(seqs)
+	if over := len(seqs) - m.cfg.HistorySize; over > 0 {
+		for _, seq := range seqs[:over] {
+			m.record(Record{Type: RecordRebalance, Group: g.id, Seq: seq})
+		}
+		seqs = seqs[over:]
+	}
+	for _, seq := range seqs {
+		g.history = append(g.history, h[seq])
+	}
+	if n := len(seqs); n > 0 {
+		g.nextSeq = seqs[n-1] + 1
+	}
+}
+
+// appendRebalance encodes a rebalance record's value (its group and
+// sequence number are in the key). Times are unix milliseconds.
+func appendRebalance(b []byte, r *inspect.Rebalance) []byte {
+	b = appendString(b, r.Protocol)
+	b = binary.AppendVarint(b, int64(r.GenerationBefore))
+	b = binary.AppendVarint(b, int64(r.GenerationAfter))
+	b = binary.AppendVarint(b, r.StartedAt.UnixMilli())
+	b = appendBool(b, r.EndedAt != nil)
+	if r.EndedAt != nil {
+		b = binary.AppendVarint(b, r.EndedAt.UnixMilli())
+	}
+	b = binary.AppendVarint(b, r.DurationMs)
+	b = appendString(b, r.Trigger)
+	b = appendBool(b, r.Member != nil)
+	if mr := r.Member; mr != nil {
+		b = appendString(b, mr.MemberID)
+		b = appendString(b, mr.InstanceID)
+		b = appendString(b, mr.ClientID)
+		b = appendString(b, mr.ClientHost)
+	}
+	b = appendStrings(b, r.MembersIn)
+	b = appendStrings(b, r.MembersOut)
+	b = binary.AppendUvarint(b, uint64(len(r.WaitedFor)))
+	for _, w := range r.WaitedFor {
+		b = appendString(b, w.Member)
+		b = binary.AppendVarint(b, w.WaitedMs)
+		b = appendBool(b, w.Rejoined)
+	}
+	b = binary.AppendUvarint(b, uint64(len(r.Moved)))
+	for _, mv := range r.Moved {
+		b = appendString(b, mv.Topic)
+		b = binary.AppendVarint(b, int64(mv.Partition))
+		b = appendString(b, mv.From)
+		b = appendString(b, mv.To)
+		b = binary.AppendVarint(b, mv.PauseMs)
+		b = binary.AppendVarint(b, mv.AssignedAt.UnixMilli()-r.StartedAt.UnixMilli())
+		b = binary.AppendVarint(b, mv.Committed)
+		b = binary.AppendVarint(b, mv.CommitGap)
+	}
+	b = appendString(b, r.Outcome)
+	b = appendBool(b, r.Storm)
+	return appendString(b, r.StormCause)
+}
+
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+func appendStrings(b []byte, ss []string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(ss)))
+	for _, s := range ss {
+		b = appendString(b, s)
+	}
+	return b
+}
+
+func (r *reader) strings() []string {
+	ss := make([]string, r.count(1))
+	for i := range ss {
+		ss[i] = r.string()
+	}
+	return ss
+}
+
+func (r *reader) time() time.Time { return time.UnixMilli(r.varint()).UTC() }
+
+// readRebalance decodes what appendRebalance wrote. Lists come back empty
+// rather than nil, as the machine makes them.
+func readRebalance(r *reader, group string, seq uint64) *inspect.Rebalance {
+	v := &inspect.Rebalance{Group: group, Seq: seq}
+	v.Protocol = r.string()
+	v.GenerationBefore = r.int32()
+	v.GenerationAfter = r.int32()
+	v.StartedAt = r.time()
+	if r.bool() {
+		end := r.time()
+		v.EndedAt = &end
+	}
+	v.DurationMs = r.varint()
+	v.Trigger = r.string()
+	if r.bool() {
+		v.Member = &inspect.MemberRef{MemberID: r.string(), InstanceID: r.string(), ClientID: r.string(), ClientHost: r.string()}
+	}
+	v.MembersIn = r.strings()
+	v.MembersOut = r.strings()
+	// A wait takes at least 3 bytes, a move at least 8.
+	v.WaitedFor = make([]inspect.Wait, r.count(3))
+	for i := range v.WaitedFor {
+		v.WaitedFor[i] = inspect.Wait{Member: r.string(), WaitedMs: r.varint(), Rejoined: r.bool()}
+	}
+	v.Moved = make([]inspect.Move, r.count(8))
+	for i := range v.Moved {
+		mv := &v.Moved[i]
+		mv.Topic = r.string()
+		mv.Partition = r.int32()
+		mv.From = r.string()
+		mv.To = r.string()
+		mv.PauseMs = r.varint()
+		// The release is the receipt less the pause, as the machine
+		// measured it.
+		assigned := v.StartedAt.UnixMilli() + r.varint()
+		mv.AssignedAt = time.UnixMilli(assigned).UTC()
+		mv.ReleasedAt = time.UnixMilli(assigned - mv.PauseMs).UTC()
+		mv.Committed = r.varint()
+		mv.CommitGap = r.varint()
+	}
+	v.Outcome = r.string()
+	v.Storm = r.bool()
+	v.StormCause = r.string()
+	return v
 }

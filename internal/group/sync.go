@@ -1,7 +1,11 @@
 package group
 
 import (
+	"strings"
+
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/groupd/groupd/internal/inspect"
 )
 
 // emptyConsumerAssignment is a serialized ConsumerMemberAssignment with no
@@ -19,6 +23,10 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 		m.replySyncError(p, errInconsistentProtocol)
 		return
 	}
+	if req.Group == "" {
+		m.replySyncError(p, errInvalidGroupID)
+		return
+	}
 	instanceID := ""
 	if req.Version >= 3 && req.InstanceID != nil {
 		instanceID = *req.InstanceID
@@ -29,6 +37,9 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 		return
 	}
 	if code := g.validateMember(req.MemberID, instanceID); code != 0 {
+		if code == errUnknownMemberID {
+			m.heardFromDeparted(g, req.MemberID)
+		}
 		m.replySyncError(p, code)
 		return
 	}
@@ -44,6 +55,7 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 		return
 	}
 	mem := g.members[req.MemberID]
+	mem.lastSeen = m.now
 	switch g.state {
 	case PreparingRebalance:
 		m.replySyncError(p, errRebalanceInProgress)
@@ -74,12 +86,13 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 		// The record carries the assignment; every reply below waits for
 		// it, which is Kafka's "propagate on append success".
 		m.record(m.metadataRecord(g, assignments))
+		m.assignmentAccepted(g, assignments)
 		for id, a := range assignments {
 			g.members[id].assignment = a
 		}
 		m.propagateAssignment(g, 0)
 		g.transition(m.now, Stable)
-		m.closeRebalance(g, "stable")
+		m.maybeEndRebalance(g)
 	case Stable:
 		delete(g.pendingSync, mem.id)
 		resp := kmsg.NewPtrSyncGroupResponse()
@@ -88,6 +101,8 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 		resp.Protocol = optStr(g.protocol)
 		resp.MemberAssignment = mem.assignment
 		m.reply(r.ID, resp)
+		m.delivered(g, mem)
+		m.maybeEndRebalance(g)
 	default:
 		m.replySyncError(p, errUnknownMemberID)
 	}
@@ -97,6 +112,10 @@ func (m *Machine) heartbeat(r Request, req *kmsg.HeartbeatRequest) {
 	resp := kmsg.NewPtrHeartbeatResponse()
 	resp.Version = req.Version
 	defer m.reply(r.ID, resp)
+	if req.Group == "" {
+		resp.ErrorCode = errInvalidGroupID
+		return
+	}
 	instanceID := ""
 	if req.Version >= 3 && req.InstanceID != nil {
 		instanceID = *req.InstanceID
@@ -107,6 +126,9 @@ func (m *Machine) heartbeat(r Request, req *kmsg.HeartbeatRequest) {
 		return
 	}
 	if code := g.validateMember(req.MemberID, instanceID); code != 0 {
+		if code == errUnknownMemberID {
+			m.heardFromDeparted(g, req.MemberID)
+		}
 		resp.ErrorCode = code
 		return
 	}
@@ -120,11 +142,18 @@ func (m *Machine) heartbeat(r Request, req *kmsg.HeartbeatRequest) {
 		resp.ErrorCode = errUnknownMemberID
 	case PreparingRebalance:
 		m.schedule(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: mem.id}, mem.session)
+		mem.lastSeen = m.now
+		if mem.gaveUp.IsZero() && g.eager(mem) {
+			// An eager member revokes everything as it learns this;
+			// a cooperative one goes on consuming until it rejoins.
+			mem.gaveUp = m.now
+		}
 		resp.ErrorCode = errRebalanceInProgress
 	default:
 		// CompletingRebalance answers NONE, not REBALANCE_IN_PROGRESS as
 		// the old Javadoc says (Kafka PR #8834).
 		m.schedule(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: mem.id}, mem.session)
+		mem.lastSeen = m.now
 	}
 }
 
@@ -132,6 +161,10 @@ func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
 	resp := kmsg.NewPtrLeaveGroupResponse()
 	resp.Version = req.Version
 	defer m.reply(r.ID, resp)
+	if req.Group == "" {
+		resp.ErrorCode = errInvalidGroupID
+		return
+	}
 
 	members := req.Members
 	if req.Version < 3 {
@@ -140,9 +173,15 @@ func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
 		members = []kmsg.LeaveGroupRequestMember{lm}
 	}
 	g := m.groups[req.Group]
-	var results []kmsg.LeaveGroupResponseMember
-	var leaving []*member
-	pendingRemoved := false
+	// As in Kafka's classicGroupLeave, each entry is answered against the
+	// group as the entries before it left it (a member named twice is
+	// unknown the second time), and echoes the ids it was given: an
+	// admin client matches the answer to a removal by instance id on its
+	// empty member id.
+	results := make([]kmsg.LeaveGroupResponseMember, 0, len(members))
+	why := reason{trigger: inspect.TriggerMemberLeft}
+	var pendingWho *member // the first pending id that left
+	left := false
 	for _, lm := range members {
 		res := kmsg.NewLeaveGroupResponseMember()
 		res.MemberID = lm.MemberID
@@ -151,27 +190,42 @@ func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
 		if lm.InstanceID != nil {
 			instanceID = *lm.InstanceID
 		}
+		var leaving *member
+		byAdmin := false
 		switch {
 		case g == nil:
 			res.ErrorCode = errUnknownMemberID
 		case lm.MemberID == "" && instanceID != "":
 			// Admin removal of a static member by instance id.
 			if id, ok := g.static[instanceID]; ok {
-				res.MemberID = id
-				leaving = append(leaving, g.members[id])
+				leaving, byAdmin = g.members[id], true
 			} else {
 				res.ErrorCode = errUnknownMemberID
 			}
 		case g.pending[lm.MemberID]:
-			delete(g.pending, lm.MemberID)
-			m.cancel(TimerKey{Group: g.id, Kind: TimerPending, Member: lm.MemberID})
-			pendingRemoved = true
+			m.removePending(g, lm.MemberID)
+			left = true
+			if pendingWho == nil {
+				pendingWho = &member{id: lm.MemberID, clientID: r.ClientID, clientHost: r.ClientHost}
+			}
 		default:
 			if code := g.validateMember(lm.MemberID, instanceID); code != 0 {
 				res.ErrorCode = code
 			} else {
-				leaving = append(leaving, g.members[lm.MemberID])
+				leaving = g.members[lm.MemberID]
+				byAdmin = lm.Reason != nil && strings.Contains(*lm.Reason, adminLeaveReason)
 			}
+		}
+		if leaving != nil {
+			left = true
+			if why.who == nil {
+				why.who = leaving
+				if byAdmin {
+					why.trigger = inspect.TriggerAdminRemoved
+				}
+			}
+			why.removed = append(why.removed, leaving.id)
+			m.removeMember(g, leaving, errUnknownMemberID, m.now)
 		}
 		results = append(results, res)
 	}
@@ -180,25 +234,24 @@ func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
 	} else {
 		resp.Members = results
 	}
-	if g == nil {
+	if !left {
 		return
 	}
-	removed := ""
-	var removedIDs []string
-	for _, mem := range leaving {
-		if _, ok := g.members[mem.id]; !ok {
-			continue // named twice
-		}
-		if removed == "" {
-			removed = mem.id
-		}
-		removedIDs = append(removedIDs, mem.id)
-		m.removeMember(g, mem, errUnknownMemberID)
+	// Any successful entry counts, a pending member's included: Kafka
+	// rebalances a Stable group even when only a pending id left it.
+	// Such a rebalance is credited to the client that held the id.
+	if why.who == nil {
+		why.who = pendingWho
 	}
-	switch {
-	case removed != "" && (g.state == Stable || g.state == CompletingRebalance):
-		m.prepareRebalance(g, reason{TriggerMemberLeave, removed, removedIDs})
-	case (removed != "" || pendingRemoved) && g.state == PreparingRebalance:
+	switch g.state {
+	case Stable, CompletingRebalance:
+		m.prepareRebalance(g, why)
+	case PreparingRebalance:
 		m.maybeCompleteJoinPhase(g)
 	}
 }
+
+// adminLeaveReason is in the reason (KIP-800) of every LeaveGroup that
+// Kafka's admin client sends to remove members, whether it names them by
+// instance id or by member id. A member leaving by itself says otherwise.
+const adminLeaveReason = "removed by an admin"

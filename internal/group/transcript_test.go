@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/datadriven"
+
+	"github.com/groupd/groupd/internal/inspect"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -101,6 +103,8 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			OffsetsRetention:       time.Duration(num("retention", 0)) * time.Millisecond,
 			OffsetMetadataMaxBytes: int(num("metadata-max", 0)),
 			HistorySize:            int(num("history", 0)),
+			StormWindow:            time.Duration(num("storm-window", 0)) * time.Millisecond,
+			StormCount:             int(num("storm-count", 0)),
 		}
 		if has("no-initial-delay") {
 			cfg.InitialRebalanceDelay = -1
@@ -210,6 +214,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 				if ok {
 					lm.InstanceID = &inst
 				}
+				lm.Reason = optStrArg("reason")
 				req.Members = append(req.Members, lm)
 			}
 		}
@@ -357,6 +362,13 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			}
 			recs = append(recs, r)
 		}
+		// The next incarnation may run with other settings.
+		if has("max-size") {
+			h.cfg.MaxGroupSize = int(num("max-size", 0))
+		}
+		if has("history") {
+			h.cfg.HistorySize = int(num("history", 0))
+		}
 		h.m = New(h.cfg)
 		h.timers = map[TimerKey]time.Time{}
 		h.apply(t, h.m.Replay(h.now, recs))
@@ -367,13 +379,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return h.buf.String()
 
 	case "history":
-		for _, r := range h.m.History(str("g", "g1")) {
-			end := "-"
-			if !r.End.IsZero() {
-				end = strconv.FormatInt(ms(r.End), 10)
-			}
-			fmt.Fprintf(h.buf, "gen=%d trigger=%s member=%s start=%d end=%s outcome=%s joined=%v left=%v timed-out=%v\n",
-				r.Generation, r.Trigger, r.Member, ms(r.Start), end, r.Outcome, r.Joined, r.Left, r.TimedOut)
+		rs, _ := h.m.Rebalances(str("g", "g1"), h.now)
+		for _, r := range rs {
+			fmt.Fprintln(h.buf, fmtRebalance(&r, true))
 		}
 		return h.result()
 
@@ -567,6 +575,11 @@ func fmtRecord(r Record) string {
 				fmtMetadata(mm.Subscription), fmtAssignment(mm.Assignment))
 		}
 		return s
+	case RecordRebalance:
+		if r.Rebalance == nil {
+			return fmt.Sprintf("Rebalance %s #%d tombstone", r.Group, r.Seq)
+		}
+		return fmt.Sprintf("Rebalance %s %s", r.Group, fmtRebalance(r.Rebalance, false))
 	case RecordOffsetCommit:
 		if r.Offset == nil {
 			return fmt.Sprintf("OffsetCommit %s %s.%d tombstone", r.Group, r.Topic, r.Partition)
@@ -738,4 +751,52 @@ func (h *harness) printState(id string) {
 		v, _ := g.offsets.get(tp)
 		fmt.Fprintf(h.buf, "  offset %s.%d=%d commit-ts=%d\n", tp.topic, tp.partition, v.offset, v.commitTime-epoch.UnixMilli())
 	}
+}
+
+// fmtRebalance prints a rebalance record on one line, and with detail its
+// waits, moves and storm on the lines after.
+func fmtRebalance(r *inspect.Rebalance, detail bool) string {
+	end := "-"
+	if r.EndedAt != nil {
+		end = strconv.FormatInt(ms(*r.EndedAt), 10)
+	}
+	who := "-"
+	if r.Member != nil {
+		who = r.Member.MemberID
+		if r.Member.InstanceID != "" {
+			who += "(" + r.Member.InstanceID + ")"
+		}
+	}
+	s := fmt.Sprintf("#%d %s by %s gen=%d->%d %s @%d..%s %dms outcome=%s in=%v out=%v moved=%d",
+		r.Seq, r.Trigger, who, r.GenerationBefore, r.GenerationAfter, r.Protocol, ms(r.StartedAt), end, r.DurationMs,
+		r.Outcome, r.MembersIn, r.MembersOut, len(r.Moved))
+	if r.Storm {
+		s += " STORM"
+	}
+	if !detail {
+		return s
+	}
+	if len(r.WaitedFor) > 0 {
+		var ws []string
+		for _, w := range r.WaitedFor {
+			mark := ""
+			if !w.Rejoined {
+				mark = "(absent)"
+			}
+			ws = append(ws, fmt.Sprintf("%s=%dms%s", w.Member, w.WaitedMs, mark))
+		}
+		s += "\n  waited " + strings.Join(ws, " ")
+	}
+	for _, mv := range r.Moved {
+		from := mv.From
+		if from == "" {
+			from = "-"
+		}
+		s += fmt.Sprintf("\n  move %s.%d %s->%s pause=%dms @%d..%d committed=%d", mv.Topic, mv.Partition, from, mv.To, mv.PauseMs,
+			ms(mv.ReleasedAt), ms(mv.AssignedAt), mv.Committed)
+	}
+	if r.Storm {
+		s += "\n  storm: " + r.StormCause
+	}
+	return s
 }

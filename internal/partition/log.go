@@ -14,22 +14,28 @@
 // sizes are published only after the bytes are in the file. Reads use
 // pread on the segment files, so memory does not grow with stored data.
 //
-// On Open the active (last) segment is scanned and CRC-checked and any torn
-// or corrupt tail is truncated; older segments are checked at the header
-// level. Idempotent-producer state is rebuilt from batch headers at the same
-// time.
+// Each partition keeps a recovery checkpoint ("recovery-checkpoint"): the
+// offset below which every record is known to be fsynced, the log start
+// offset and any offset ranges an operator chose to set aside. It is
+// rewritten when a segment is rolled, on Checkpoint (called periodically by
+// the broker) and on Close, so a clean shutdown leaves a recovery point at
+// the log end. On Open every batch header is checked (sane, contiguous) and
+// batches from the recovery point on are CRC-checked too. A torn tail past
+// the recovery point in the last segment is truncated; anything wrong below
+// it, or in an older segment, stops the open with a DamageError naming the
+// file and offset, or, with Options.QuarantineDir, moves the segment aside
+// and records the gap. Idempotent-producer state is rebuilt from batch
+// headers at the same time.
 package partition
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"os"
-	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -110,6 +116,13 @@ type Log struct {
 
 	done     chan struct{}
 	syncerWG sync.WaitGroup
+
+	// cpMu serializes checkpoint writes; cp is the checkpoint last read
+	// or written (on disk if cpOnDisk). Its log start and gaps are fixed
+	// after Open.
+	cpMu     sync.Mutex
+	cp       checkpoint
+	cpOnDisk bool
 }
 
 // tickerFor creates the ticker driving SyncInterval fsyncs; tests replace
@@ -120,11 +133,11 @@ var tickerFor = func(d time.Duration) (<-chan time.Time, func()) {
 }
 
 // Open opens or creates the log in dir, recovering it if it was not closed
-// cleanly. Recovery truncates a torn or corrupt tail of the last segment
-// (logging what was dropped), checks the headers of older segments
-// (truncating at the first bad one and dropping the segments after it, as
-// Kafka's recovery does past its checkpoint), rebuilds any missing or stale
-// index and replays producer state from batch headers.
+// cleanly. Recovery truncates a torn tail past the recovery point in the
+// last segment (logging what was dropped), refuses damage anywhere else
+// with an error wrapping ErrDamaged (or sets it aside, see
+// Options.QuarantineDir), rebuilds any missing or stale index and replays
+// producer state from batch headers.
 func Open(dir string, opts Options) (*Log, error) {
 	opts = opts.withDefaults()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -148,94 +161,16 @@ func Open(dir string, opts Options) (*Log, error) {
 	l.start.Store(l.segs[0].base)
 	last := l.segs[len(l.segs)-1]
 	l.hw.Store(last.stats.next)
-	l.synced.Store(last.stats.next) // recovery read it back from the files
+	// Only the recovery point is known durable: what lies past it was
+	// read back from the page cache and still needs an fsync.
+	l.synced.Store(l.cp.recoveryPoint)
+	l.dirty.Store(l.cp.recoveryPoint < last.stats.next)
 	if opts.Sync == SyncInterval {
 		tick, stop := tickerFor(opts.SyncInterval)
 		l.syncerWG.Add(1)
 		go l.syncLoop(tick, stop)
 	}
 	return l, nil
-}
-
-func (l *Log) recover() error {
-	ents, err := os.ReadDir(l.dir)
-	if err != nil {
-		return err
-	}
-	var bases []int64
-	for _, e := range ents {
-		if b, ok := parseSegmentName(e.Name()); ok && e.Type().IsRegular() {
-			bases = append(bases, b)
-		}
-	}
-	slices.Sort(bases)
-	if len(bases) == 0 {
-		s, err := l.createSegment(0)
-		if err != nil {
-			return err
-		}
-		l.segs = []*segment{s}
-		return syncDir(l.dir)
-	}
-	interval := int64(l.opts.IndexIntervalBytes)
-	for i, base := range bases {
-		if len(l.segs) > 0 {
-			if prev := l.segs[len(l.segs)-1]; prev.stats.next != base {
-				l.log.Error("segment does not continue the log; dropping it and later segments",
-					"segment", base, "expected", prev.stats.next)
-				return l.dropSegments(bases[i:])
-			}
-		}
-		s, err := l.openSegment(base)
-		if err != nil {
-			return err
-		}
-		l.segs = append(l.segs, s)
-		fi, err := s.f.Stat()
-		if err != nil {
-			return err
-		}
-		active := i == len(bases)-1
-		res, err := scanSegment(s.f, base, fi.Size(), active, interval, l.replayProducer)
-		if err != nil {
-			return fmt.Errorf("scan segment %d: %w", base, err)
-		}
-		s.stats, s.entries = res.stats, res.entries
-		if res.bad != "" {
-			lvl := slog.LevelWarn
-			if !active {
-				lvl = slog.LevelError
-			}
-			l.log.Log(context.Background(), lvl, "truncating invalid segment tail", "segment", base,
-				"reason", res.bad, "valid_bytes", res.stats.size, "dropped_bytes", fi.Size()-res.stats.size)
-			if err := s.f.Truncate(res.stats.size); err != nil {
-				return err
-			}
-			if err := s.f.Sync(); err != nil {
-				return err
-			}
-		}
-		if err := l.reconcileIndex(s); err != nil {
-			return err
-		}
-		if res.bad != "" && !active {
-			return l.dropSegments(bases[i+1:])
-		}
-	}
-	return nil
-}
-
-// dropSegments removes the segment files with the given bases (used when an
-// earlier segment was cut short, so these no longer continue the log).
-func (l *Log) dropSegments(bases []int64) error {
-	for _, b := range bases {
-		for _, suf := range []string{logSuffix, indexSuffix} {
-			if err := os.Remove(segmentName(l.dir, b, suf)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return err
-			}
-		}
-	}
-	return syncDir(l.dir)
 }
 
 // replayProducer rebuilds idempotent-producer state from one batch header.
@@ -259,6 +194,13 @@ func (l *Log) replayProducer(h batch.Header, _ int64) {
 // index rebuilt by the scan (missing, stale, torn or written with another
 // IndexIntervalBytes).
 func (l *Log) reconcileIndex(s *segment) error {
+	if s.idx == nil {
+		idx, err := os.OpenFile(segmentName(l.dir, s.base, indexSuffix), os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return err
+		}
+		s.idx = idx
+	}
 	want := encodeIndex(s.entries)
 	have, err := io.ReadAll(io.NewSectionReader(s.idx, 0, math.MaxInt64))
 	if err != nil {
@@ -278,17 +220,15 @@ func (l *Log) reconcileIndex(s *segment) error {
 	return s.idx.Sync()
 }
 
+// openSegment opens an existing segment. Its index is opened (or created)
+// by reconcileIndex, once the segment is known to belong to the log, so a
+// refused open leaves the directory as it found it.
 func (l *Log) openSegment(base int64) (*segment, error) {
 	f, err := os.OpenFile(segmentName(l.dir, base, logSuffix), os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	idx, err := os.OpenFile(segmentName(l.dir, base, indexSuffix), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return &segment{base: base, f: f, idx: idx, stats: newSegStats(base)}, nil
+	return &segment{base: base, f: f, stats: newSegStats(base)}, nil
 }
 
 func (l *Log) createSegment(base int64) (*segment, error) {
@@ -306,11 +246,48 @@ func (l *Log) createSegment(base int64) (*segment, error) {
 
 func (s *segment) close() error {
 	err := s.f.Close()
+	if s.idx == nil {
+		return err
+	}
 	if e := s.idx.Close(); err == nil {
 		err = e
 	}
 	return err
 }
+
+// Checkpoint records the current recovery point durably if it moved since
+// the last checkpoint. It costs two fsyncs (file and directory) when it
+// writes, so the broker calls it periodically rather than per append; a
+// stale checkpoint only means more of the log is CRC-checked on open.
+func (l *Log) Checkpoint() error {
+	l.cpMu.Lock()
+	defer l.cpMu.Unlock()
+	if l.isClosed() {
+		return nil
+	}
+	return l.checkpointLocked()
+}
+
+// checkpointLocked writes the checkpoint if it changed; caller holds cpMu.
+func (l *Log) checkpointLocked() error {
+	c := l.cp
+	c.recoveryPoint = max(l.synced.Load(), c.logStart)
+	if l.cpOnDisk && c.equal(l.cp) {
+		return nil
+	}
+	if err := writeCheckpoint(l.dir, c); err != nil {
+		return err
+	}
+	l.cp, l.cpOnDisk = c, true
+	return nil
+}
+
+// RecoveryPoint is the offset below which every record is known to be
+// fsynced.
+func (l *Log) RecoveryPoint() int64 { return l.synced.Load() }
+
+// SyncDir fsyncs a directory, making the entries created in it durable.
+func SyncDir(dir string) error { return syncDir(dir) }
 
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
@@ -567,6 +544,14 @@ func (l *Log) roll() (*segment, error) {
 	l.segs = append(l.segs, s)
 	l.mu.Unlock()
 	l.log.Debug("rolled segment", "segment", s.base)
+	// With the recovery point at the new segment, damage in any older
+	// one is never mistaken for a torn write. A failure here only leaves
+	// the checkpoint stale.
+	l.cpMu.Lock()
+	if err := l.checkpointLocked(); err != nil {
+		l.log.Warn("writing the recovery checkpoint", "err", err)
+	}
+	l.cpMu.Unlock()
 	return s, nil
 }
 
@@ -614,14 +599,17 @@ func (l *Log) snapshot() ([]segView, error) {
 	return out, nil
 }
 
+// segmentFor returns the segment holding offset or, if offset falls in a
+// gap left by a set-aside segment, the first later segment holding data,
+// as Kafka reads on from the next segment; ok is false past the data.
 func (l *Log) segmentFor(offset int64) (segView, bool, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed {
 		return segView{}, false, ErrClosed
 	}
-	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base > offset }) - 1
-	if i < 0 {
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].stats.next > offset })
+	if i == len(l.segs) {
 		return segView{}, false, nil
 	}
 	return l.segs[i].view(), true, nil
@@ -660,7 +648,9 @@ func findBatch(v segView, offset int64) (int64, batch.Header, bool, error) {
 // than maxBytes it is returned whole when minOneBatch is set (KIP-74) and
 // nothing is returned otherwise. Reads stay within one segment, so fewer
 // bytes than maxBytes may come back even if more data exists. The first
-// batch may start before offset; clients skip the records before it.
+// batch may start before offset; clients skip the records before it. An
+// offset in a gap left by a set-aside segment reads the next batch after
+// the gap.
 // Reading at the high watermark returns an empty, non-nil slice; offsets
 // below LogStartOffset or above HighWatermark are ErrOffsetOutOfRange.
 func (l *Log) Read(offset int64, maxBytes int32, minOneBatch bool) ([]byte, error) {
@@ -827,6 +817,9 @@ func (l *Log) Sync() error {
 	if !l.dirty.Swap(false) {
 		return nil
 	}
+	// Appends publish the high watermark after writing their bytes, so
+	// everything below target is in the file the fsync covers.
+	target := l.hw.Load()
 	f, err := l.activeFile()
 	if err != nil {
 		return err
@@ -835,6 +828,7 @@ func (l *Log) Sync() error {
 		l.dirty.Store(true)
 		return readErr(err)
 	}
+	l.advanceSynced(target)
 	return nil
 }
 
@@ -874,6 +868,15 @@ func (l *Log) Close() error {
 	act := l.active()
 	if err := act.f.Sync(); err != nil {
 		errs = append(errs, err)
+	} else {
+		// Everything is fsynced: the checkpoint written now is the
+		// clean-shutdown mark, and the next Open checks no CRCs.
+		l.advanceSynced(l.hw.Load())
+		l.cpMu.Lock()
+		if err := l.checkpointLocked(); err != nil {
+			errs = append(errs, err)
+		}
+		l.cpMu.Unlock()
 	}
 	if err := act.idx.Sync(); err != nil {
 		errs = append(errs, err)

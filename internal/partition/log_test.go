@@ -15,6 +15,7 @@ import (
 
 	"github.com/groupd/groupd/internal/batch"
 	"github.com/groupd/groupd/internal/batch/batchtest"
+	"github.com/groupd/groupd/internal/partition/partitiontest"
 )
 
 func openT(t testing.TB, dir string, opts Options) *Log {
@@ -60,10 +61,13 @@ func mustAppend(t testing.TB, l *Log, bs ...[]byte) AppendResult {
 // contiguous run of valid batches, and returns the batches.
 func readAll(t testing.TB, l *Log) [][]byte {
 	t.Helper()
-	return readAllEpoch(t, l, true)
+	return readAllEpoch(t, l, true, 0)
 }
 
-func readAllEpoch(t testing.TB, l *Log, checkEpoch bool) [][]byte {
+// readAllEpoch is readAll with the leader epoch check optional and CRCs
+// checked only from offset crcFrom on (below a recovery point only headers
+// are checked on open, as in Kafka).
+func readAllEpoch(t testing.TB, l *Log, checkEpoch bool, crcFrom int64) [][]byte {
 	t.Helper()
 	var out [][]byte
 	off := l.LogStartOffset()
@@ -81,7 +85,7 @@ func readAllEpoch(t testing.TB, l *Log, checkEpoch bool) [][]byte {
 		}
 		for _, p := range parts {
 			h, _ := batch.Check(p)
-			if err := batch.VerifyCRC(p); err != nil {
+			if err := batch.VerifyCRC(p); err != nil && h.BaseOffset >= crcFrom {
 				t.Fatalf("batch %d: %v", h.BaseOffset, err)
 			}
 			if h.BaseOffset != off {
@@ -240,6 +244,22 @@ func TestReopenIdenticalAndIndexRebuilt(t *testing.T) {
 	}
 }
 
+// crash stops l as a kill -9 would: its files are closed with nothing
+// fsynced or checkpointed.
+func crash(l *Log) {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	l.mu.Lock()
+	l.closed = true
+	close(l.waitCh)
+	l.mu.Unlock()
+	close(l.done)
+	l.syncerWG.Wait()
+	for _, s := range l.segs {
+		s.close()
+	}
+}
+
 func activeFile(t *testing.T, dir string) string {
 	t.Helper()
 	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
@@ -299,7 +319,9 @@ func TestTornTailTruncated(t *testing.T) {
 			for _, b := range bs {
 				mustAppend(t, l, b)
 			}
-			l.Close()
+			// Nothing was fsynced, so the recovery point is still 0
+			// and the whole tail may be torn.
+			crash(l)
 			keep := c.damage(t, activeFile(t, dir), len(bs[2]))
 			l2 := openT(t, dir, Options{})
 			wantHW := []int64{0, 2, 5, 7}[keep]
@@ -327,36 +349,6 @@ func TestTornTailTruncated(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestCorruptOlderSegmentDropsLaterOnes(t *testing.T) {
-	dir := t.TempDir()
-	l := openT(t, dir, Options{SegmentBytes: 300})
-	for i := range 12 {
-		mustAppend(t, l, plain(2, int64(i), 0))
-	}
-	l.Close()
-	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-	if len(logs) < 4 {
-		t.Fatalf("%d segments", len(logs))
-	}
-	// Break the header of the second segment's second batch.
-	data, _ := os.ReadFile(logs[1])
-	h, _ := batch.ParseHeader(data)
-	data[h.Size()+16] = 9 // magic
-	os.WriteFile(logs[1], data, 0o644)
-
-	l2 := openT(t, dir, Options{SegmentBytes: 300})
-	base, _ := parseSegmentName(filepath.Base(logs[1]))
-	if want := base + int64(h.LastOffsetDelta) + 1; l2.HighWatermark() != want {
-		t.Fatalf("hw %d, want %d", l2.HighWatermark(), want)
-	}
-	readAll(t, l2)
-	if left, _ := filepath.Glob(filepath.Join(dir, "*.log")); len(left) != 2 {
-		t.Fatalf("%d segments left, want 2", len(left))
-	}
-	mustAppend(t, l2, plain(1, 1, 0))
-	readAll(t, l2)
 }
 
 func TestInvalidBatchesRejected(t *testing.T) {
@@ -692,6 +684,13 @@ func TestDelete(t *testing.T) {
 	}
 }
 
+// FuzzRecover opens a log made of one segment file holding data, with a
+// recovery checkpoint at recoveryPoint (none if it is not positive).
+// Without a quarantine, Open either recovers a valid prefix holding at
+// least the recovery point, or refuses with ErrDamaged and leaves every
+// file as it was. With a quarantine, Open always succeeds, serves
+// contiguous batches (CRC-valid from the recovery point on), and never gives
+// out an offset below the recovery point.
 func FuzzRecover(f *testing.F) {
 	var seed []byte
 	for i, c := range codecs {
@@ -699,31 +698,66 @@ func FuzzRecover(f *testing.F) {
 		batch.SetBaseOffset(b, int64(i*(i+1)/2))
 		seed = append(seed, b...)
 	}
-	f.Add(seed)
-	f.Add(seed[:len(seed)-7])
-	f.Add(append(bytes.Clone(seed), 0, 0, 0, 0))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, "00000000000000000000.log"), data, 0o644); err != nil {
-			t.Fatal(err)
+	f.Add(seed, int64(0))
+	f.Add(seed[:len(seed)-7], int64(0))
+	f.Add(append(bytes.Clone(seed), 0, 0, 0, 0), int64(0))
+	f.Add(seed, int64(6))
+	f.Add(seed[:len(seed)-7], int64(15))
+	f.Add(seed[:len(seed)/2], int64(15))
+	f.Fuzz(func(t *testing.T, data []byte, recoveryPoint int64) {
+		recoveryPoint %= 1 << 20
+		write := func(dir string) {
+			if err := os.WriteFile(filepath.Join(dir, "00000000000000000000.log"), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if recoveryPoint > 0 {
+				if err := writeCheckpoint(dir, checkpoint{recoveryPoint: recoveryPoint}); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
+		dir := t.TempDir()
+		write(dir)
+		before := partitiontest.Snapshot(t, dir)
 		l, err := Open(dir, Options{Sync: SyncNever})
 		if err != nil {
-			t.Fatal(err)
+			if !errors.Is(err, ErrDamaged) {
+				t.Fatalf("open: %v", err)
+			}
+			partitiontest.Same(t, "after the refused open", before, partitiontest.Snapshot(t, dir))
+		} else {
+			defer l.Close()
+			got := readAllEpoch(t, l, false, recoveryPoint) // checks CRCs and contiguity
+			var n int
+			for _, b := range got {
+				n += len(b)
+			}
+			if fi, _ := os.Stat(filepath.Join(dir, "00000000000000000000.log")); fi.Size() != int64(n) || !bytes.HasPrefix(data, bytes.Join(got, nil)) {
+				t.Fatalf("file holds %d bytes, valid prefix %d", fi.Size(), n)
+			}
+			if l.HighWatermark() < recoveryPoint {
+				t.Fatalf("log ends at %d, below its recovery point %d", l.HighWatermark(), recoveryPoint)
+			}
+			l.MaxTimestamp()
+			l.OffsetForTimestamp(0)
+			if r, err := l.Append([][]byte{plain(1, 1, 0)}); err != nil || r.BaseOffset != l.HighWatermark()-1 {
+				t.Fatalf("append after recovery: %+v %v", r, err)
+			}
 		}
-		defer l.Close()
-		got := readAllEpoch(t, l, false) // checks CRCs and contiguity
-		var n int
-		for _, b := range got {
-			n += len(b)
+
+		qdir := t.TempDir()
+		write(qdir)
+		q, err := Open(qdir, Options{Sync: SyncNever, QuarantineDir: filepath.Join(qdir, "quarantine")})
+		if err != nil {
+			t.Fatalf("open with a quarantine: %v", err)
 		}
-		if fi, _ := os.Stat(filepath.Join(dir, "00000000000000000000.log")); fi.Size() != int64(n) || !bytes.HasPrefix(data, bytes.Join(got, nil)) {
-			t.Fatalf("file holds %d bytes, valid prefix %d", fi.Size(), n)
-		}
-		l.MaxTimestamp()
-		l.OffsetForTimestamp(0)
-		if r, err := l.Append([][]byte{plain(1, 1, 0)}); err != nil || r.BaseOffset != l.HighWatermark()-1 {
-			t.Fatalf("append after recovery: %+v %v", r, err)
+		defer q.Close()
+		readGapped(t, q, recoveryPoint)
+		q.MaxTimestamp()
+		q.OffsetForTimestamp(0)
+		r, err := q.Append([][]byte{plain(1, 1, 0)})
+		if err != nil || r.BaseOffset < recoveryPoint {
+			t.Fatalf("append after quarantine: %+v %v (recovery point %d)", r, err, recoveryPoint)
 		}
 	})
 }

@@ -65,6 +65,12 @@ type Options struct {
 	Sync               SyncPolicy
 	SyncInterval       time.Duration
 	Logger             *slog.Logger
+	// QuarantineDir, if set, is where Open moves segments it finds
+	// damaged (below the recovery point, or not the last segment)
+	// instead of refusing to open; the offsets they held become a gap
+	// and are never given out again. It is an operator's choice: the
+	// records in a moved segment are no longer served.
+	QuarantineDir string
 }
 
 func (o Options) withDefaults() Options {

@@ -186,11 +186,13 @@ type scanResult struct {
 // scanSegment walks the batches of a segment file of fileSize bytes whose
 // first batch must have base offset base. Every batch must have a sane
 // header, fit in the file and continue the offsets of the one before it;
-// with verifyCRC (the active segment, whose tail may be torn) each batch is
-// also read whole and its CRC checked. fn sees each valid batch header.
-// An I/O error is returned as err; invalid content stops the scan with
-// res.bad set.
-func scanSegment(r io.ReaderAt, base, fileSize int64, verifyCRC bool, interval int64, fn func(batch.Header, int64)) (res scanResult, err error) {
+// batches holding offsets at or above crcFrom (the part of the log past its
+// recovery point, whose tail may be torn) are also read whole and
+// CRC-checked. fn
+// sees each valid batch header. An I/O error is returned as err; invalid
+// content stops the scan with res.bad set, at byte res.stats.size where
+// offset res.stats.next was expected.
+func scanSegment(r io.ReaderAt, base, fileSize, crcFrom int64, interval int64, fn func(batch.Header, int64)) (res scanResult, err error) {
 	res.stats = newSegStats(base)
 	sc := newScanner(r, fileSize)
 	for pos := int64(0); pos < fileSize; {
@@ -215,7 +217,7 @@ func scanSegment(r io.ReaderAt, base, fileSize int64, verifyCRC bool, interval i
 			res.bad = fmt.Sprintf("batch at position %d has base offset %d, expected %d", pos, h.BaseOffset, res.stats.next)
 			return res, nil
 		}
-		if verifyCRC {
+		if h.LastOffset() >= crcFrom {
 			b, err := sc.at(pos, int(h.Size()))
 			if err != nil {
 				return res, err

@@ -72,34 +72,3 @@ func TestReadFrameLimits(t *testing.T) {
 		t.Fatalf("frame: %v %d", err, len(f))
 	}
 }
-
-// FuzzRequest feeds arbitrary frames through the same path the read loop
-// takes: it must never panic, whatever the bytes.
-func FuzzRequest(f *testing.F) {
-	for _, req := range []kmsg.Request{
-		kmsg.NewPtrApiVersionsRequest(), kmsg.NewPtrMetadataRequest(), kmsg.NewPtrProduceRequest(),
-		kmsg.NewPtrFetchRequest(), kmsg.NewPtrListOffsetsRequest(), kmsg.NewPtrCreateTopicsRequest(),
-		kmsg.NewPtrJoinGroupRequest(), kmsg.NewPtrOffsetCommitRequest(),
-	} {
-		for _, v := range []int16{0, req.MaxVersion()} {
-			req.SetVersion(v)
-			f.Add(frameOf(req, 1, "fuzz"))
-		}
-	}
-	f.Fuzz(func(t *testing.T, frame []byte) {
-		var size [4]byte
-		in := append(binary.BigEndian.AppendUint32(nil, uint32(len(frame))), frame...)
-		fr, err := ReadFrame(bytes.NewReader(in), size[:], 1<<20)
-		if err != nil {
-			return
-		}
-		_, req, body, err := ParseHeader(fr)
-		if err != nil {
-			return
-		}
-		if req.GetVersion() < 0 || req.GetVersion() > req.MaxVersion() {
-			return // the server refuses these before decoding
-		}
-		_ = DecodeBody(req, body)
-	})
-}

@@ -10,17 +10,22 @@
 // saves a hand-off per request; it stops reading ahead only while a request
 // blocks (a long-polling fetch), when the next request could not be handled
 // anyway.
+//
+// The edge defends itself: connections over MaxConnections are closed as
+// soon as they are accepted; failing accepts (out of file descriptors) are
+// retried with backoff; a frame must arrive within FrameTimeout of its first
+// byte and its buffer grows with the bytes received, not the size
+// announced; a connection with nothing in flight is closed after
+// IdleTimeout; a connection holds at most one large fetch reply at a time;
+// and a panic while handling a request closes that connection only.
 package server
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -67,6 +72,36 @@ type Brief interface {
 	Brief() bool
 }
 
+// Observer is told about connections and requests, for metrics. Methods must be cheap and safe
+// for concurrent use.
+type Observer interface {
+	ConnectionOpened()
+	ConnectionClosed()
+	// RequestHandled reports one request from its frame being read to its reply being written
+	// (or dropped); err is the reason the connection closed instead, if any.
+	RequestHandled(key, version int16, took time.Duration, err error)
+	// ConnectionRefused reports a connection closed at once (over --max-connections).
+	ConnectionRefused()
+}
+
+// Defaults for the zero values of Config.
+const (
+	DefaultMaxRequestBytes = 100 << 20
+	DefaultMaxInFlight     = 64
+	// DefaultMaxConnections is far above what one broker's clients need
+	// (a consumer holds a handful of connections), and low enough that
+	// idle connections alone cannot take the memory and descriptors the
+	// data needs. groupd's command derives its default from the
+	// open-file limit instead.
+	DefaultMaxConnections = 10000
+	// DefaultIdleTimeout is Kafka's connections.max.idle.ms.
+	DefaultIdleTimeout = 10 * time.Minute
+	// DefaultFrameTimeout is as long as the most patient common client
+	// waits for a reply (librdkafka's socket.timeout.ms): a request still
+	// arriving after that has been given up by its sender.
+	DefaultFrameTimeout = 60 * time.Second
+)
+
 // Config configures a Server.
 type Config struct {
 	// MaxRequestBytes bounds a request frame; a larger frame closes the
@@ -75,19 +110,40 @@ type Config struct {
 	// MaxInFlight bounds the pipelined requests per connection that are
 	// being handled or waiting for their reply to be written.
 	MaxInFlight int
-	Handler     Handler
-	Logger      *slog.Logger
+	// MaxConnections bounds the open connections; one accepted beyond it
+	// is closed at once.
+	MaxConnections int
+	// IdleTimeout closes a connection that has had no request in flight
+	// and received no byte for that long, and one whose reply the client
+	// has not read for that long. Negative disables it.
+	IdleTimeout time.Duration
+	// FrameTimeout bounds the time from a request frame's first byte to
+	// its last. Negative disables it.
+	FrameTimeout time.Duration
+	Handler      Handler
+	// Observer, if not nil, is told about connections and requests.
+	Observer Observer
+	Logger   *slog.Logger
 }
 
 // Server accepts Kafka connections and serves them with a Handler.
 type Server struct {
 	cfg Config
 	log *slog.Logger
+	obs Observer
+
+	// now and sleep are the clock; tests replace them before Serve.
+	now   func() time.Time
+	sleep func(time.Duration)
 
 	// ctx is cancelled when shutdown begins, so that handlers parked on a
 	// long poll (a fetch at the log end) return early.
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	// Refused connections and failing accepts come in floods; so would
+	// their log lines.
+	refusedLog, acceptLog, frameLog logLimiter
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -99,29 +155,44 @@ type Server struct {
 // New returns a Server; call Serve with a listener to start it.
 func New(cfg Config) *Server {
 	if cfg.MaxRequestBytes <= 0 {
-		cfg.MaxRequestBytes = 100 << 20
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
 	}
 	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = 64
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	if cfg.MaxConnections <= 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.FrameTimeout == 0 {
+		cfg.FrameTimeout = DefaultFrameTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{
+	s := &Server{
 		cfg:       cfg,
 		log:       cfg.Logger,
+		obs:       cfg.Observer,
+		now:       time.Now,
 		ctx:       ctx,
 		cancel:    cancel,
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
 	}
+	s.sleep = s.sleepUnlessClosing
+	return s
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
 var ErrServerClosed = errors.New("server closed")
 
 // Serve accepts connections on ln until Shutdown. It always closes ln.
+// Failing accepts are retried with backoff: running out of file
+// descriptors must slow the broker down, not stop it.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closing {
@@ -142,33 +213,71 @@ func (s *Server) Serve(ln net.Listener) error {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			s.mu.Lock()
-			closing := s.closing
-			s.mu.Unlock()
-			if closing {
+			if s.isClosing() {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
-				time.Sleep(backoff)
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return err // closed under us: nothing left to retry
 			}
-			return err
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			if ok, suppressed := s.acceptLog.allow(s.now()); ok {
+				s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff, "suppressed", suppressed)
+			}
+			s.sleep(backoff)
+			continue
 		}
 		backoff = 0
-		c := &conn{srv: s, nc: nc, replies: make(chan reply, s.cfg.MaxInFlight), stop: make(chan struct{})}
-		s.mu.Lock()
-		if s.closing {
-			s.mu.Unlock()
-			nc.Close()
-			return ErrServerClosed
+		if err := s.admit(nc); err != nil {
+			return err
 		}
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
+	}
+}
+
+// admit starts serving nc, or closes it at once when the server is at
+// MaxConnections.
+func (s *Server) admit(nc net.Conn) error {
+	s.mu.Lock()
+	if s.closing {
 		s.mu.Unlock()
-		go c.serve()
+		nc.Close()
+		return ErrServerClosed
+	}
+	if open := len(s.conns); open >= s.cfg.MaxConnections {
+		s.mu.Unlock()
+		if s.obs != nil {
+			s.obs.ConnectionRefused()
+		}
+		if ok, suppressed := s.refusedLog.allow(s.now()); ok {
+			s.log.Warn("refusing connection: too many open", "remote", nc.RemoteAddr().String(),
+				"open", open, "max_connections", s.cfg.MaxConnections, "suppressed", suppressed)
+		}
+		nc.Close()
+		return nil
+	}
+	c := newConn(s, nc)
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	if s.obs != nil {
+		s.obs.ConnectionOpened()
+	}
+	go c.serve()
+	return nil
+}
+
+func (s *Server) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
+// sleepUnlessClosing waits d, or less if shutdown begins.
+func (s *Server) sleepUnlessClosing(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.ctx.Done():
 	}
 }
 
@@ -205,147 +314,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-type reply struct {
-	corr int32
-	resp kmsg.Response
-	err  error
+// logLimiter lets one log line through per second and counts the lines it
+// held back, which the next line reports.
+type logLimiter struct {
+	mu         sync.Mutex
+	next       time.Time
+	suppressed int
 }
 
-type conn struct {
-	srv     *Server
-	nc      net.Conn
-	replies chan reply // handled, waiting to be written
-
-	stopOnce sync.Once
-	stop     chan struct{}
-}
-
-// stopReading makes the read loop finish at its next frame boundary
-// without cutting off replies that are still to be written.
-func (c *conn) stopReading() {
-	c.stopOnce.Do(func() {
-		close(c.stop)
-		// Unblock a read waiting for the next request; a frame half read
-		// is abandoned, which is the same as the client never sending it.
-		c.nc.SetReadDeadline(time.Now())
-	})
-}
-
-func (c *conn) serve() {
-	defer c.srv.wg.Done()
-	defer func() {
-		c.srv.mu.Lock()
-		delete(c.srv.conns, c)
-		c.srv.mu.Unlock()
-	}()
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		c.writeLoop()
-	}()
-	c.readLoop()
-	close(c.replies)
-	<-writerDone
-	c.nc.Close()
-}
-
-func (c *conn) readLoop() {
-	remote := c.nc.RemoteAddr()
-	log := c.srv.log.With("remote", remote.String())
-	br := bufio.NewReaderSize(c.nc, 64<<10)
-	var size [4]byte
-	for {
-		frame, err := ReadFrame(br, size[:], c.srv.cfg.MaxRequestBytes)
-		if err != nil {
-			select {
-			case <-c.stop:
-				return
-			default:
-			}
-			switch {
-			case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
-			case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):
-				// The client hung up, possibly mid-frame: not our
-				// business to warn about.
-				log.Debug("connection closed by client", "err", err)
-			default:
-				log.Warn("closing connection: bad frame", "err", err)
-			}
-			return
-		}
-		hdr, req, body, err := ParseHeader(frame)
-		if err != nil {
-			log.Warn("closing connection: bad request header", "err", err, "key", hdr.Key, "version", hdr.Version)
-			return
-		}
-		if hdr.Key != int16(kmsg.ApiVersions) && !c.srv.cfg.Handler.Supports(hdr.Key, hdr.Version) {
-			log.Warn("closing connection: unsupported request version", "api", kmsg.NameForKey(hdr.Key), "key", hdr.Key, "version", hdr.Version, "client", hdr.ClientID)
-			return
-		}
-		if hdr.Key == int16(kmsg.ApiVersions) && hdr.Version > req.MaxVersion() {
-			// A version newer than kmsg knows cannot be decoded; the
-			// handler answers it in v0 form (KIP-511) from the header.
-		} else if err := DecodeBody(req, body); err != nil {
-			log.Warn("closing connection: request does not decode", "err", err, "api", kmsg.NameForKey(hdr.Key), "version", hdr.Version, "client", hdr.ClientID)
-			return
-		}
-		select {
-		case <-c.stop:
-			return
-		default:
-		}
-		resp, err := c.srv.cfg.Handler.Handle(c.srv.ctx, &Request{Header: hdr, Msg: req, Remote: remote})
-		// The writer drains replies until they are closed, even after a
-		// failure, so this send cannot block for good.
-		c.replies <- reply{corr: hdr.CorrelationID, resp: resp, err: err}
+func (l *logLimiter) allow(now time.Time) (ok bool, suppressed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Before(l.next) {
+		l.suppressed++
+		return false, 0
 	}
-}
-
-func (c *conn) writeLoop() {
-	bw := bufio.NewWriterSize(c.nc, 64<<10)
-	var buf []byte
-	failed := false
-	for r := range c.replies {
-		if failed {
-			continue // drain so the handler loop is not left blocked
-		}
-		if r.err != nil {
-			c.srv.log.Warn("closing connection: request failed", "remote", c.nc.RemoteAddr().String(), "err", r.err)
-			failed = true
-			c.stopReading()
-			continue
-		}
-		if r.resp == nil {
-			continue
-		}
-		if w, ok := r.resp.(Waiter); ok {
-			if b, ok := w.(Brief); !ok || !b.Brief() {
-				// This may wait long: send what is buffered first.
-				bw.Flush()
-			}
-			if err := w.Wait(); err != nil {
-				c.srv.log.Warn("closing connection: request failed", "remote", c.nc.RemoteAddr().String(), "err", err)
-				failed = true
-				c.stopReading()
-				continue
-			}
-		}
-		buf = AppendResponse(buf[:0], r.corr, r.resp)
-		if _, err := bw.Write(buf); err != nil {
-			failed = true
-			c.stopReading()
-			continue
-		}
-		// Flush only when no further reply is ready, so pipelined
-		// replies share a syscall.
-		if len(c.replies) == 0 {
-			if err := bw.Flush(); err != nil {
-				failed = true
-				c.stopReading()
-			}
-		}
-	}
-	if !failed {
-		bw.Flush()
-	}
+	l.next = now.Add(time.Second)
+	suppressed, l.suppressed = l.suppressed, 0
+	return true, suppressed
 }

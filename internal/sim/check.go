@@ -142,10 +142,9 @@ func reqFields(r kmsg.Request) (api, groupID, memberID, instanceID string, gen i
 // identity computes the error Kafka's rules demand from the current
 // membership (validateMember, then the generation).
 func (c *checker) before(ev group.Event, from *process) pre {
-	m := c.w.coord.m
 	p := pre{states: map[string]stateGen{}}
 	for _, id := range c.ids {
-		s, g := m.GroupState(id)
+		s, g := c.state(id)
 		p.states[id] = stateGen{s, g}
 	}
 	req, ok := ev.(group.Request)
@@ -165,7 +164,7 @@ func (c *checker) before(ev group.Event, from *process) pre {
 		case memberID != "" && st.state == group.Dead:
 			p.expect, p.check = kerr.UnknownMemberID.Code, true
 		case memberID != "" && instanceID != "":
-			d := c.w.coord.describe(gid)
+			d := c.w.describe(gid)
 			for _, mem := range d.Members {
 				if mem.InstanceID != nil && *mem.InstanceID == instanceID && mem.MemberID != memberID {
 					p.expect, p.check = kerr.FencedInstanceID.Code, true
@@ -178,7 +177,7 @@ func (c *checker) before(ev group.Event, from *process) pre {
 		return p
 	}
 	p.check = true
-	d := c.w.coord.describe(gid)
+	d := c.w.describe(gid)
 	isMember := false
 	for _, mem := range d.Members {
 		if mem.MemberID == memberID {
@@ -250,11 +249,9 @@ func reach(a, b group.State) bool {
 
 // after checks one step's effects.
 func (c *checker) after(ev group.Event, from *process, p pre, out group.Output) {
-	w := c.w
-	m := w.coord.m
 	for _, id := range c.ids {
 		gc := c.groups[id]
-		s, gen := m.GroupState(id)
+		s, gen := c.state(id)
 		was := p.states[id]
 		gc.obs = stateGen{s, gen}
 		gc.maxObsGen = max(gc.maxObsGen, gen)
@@ -333,7 +330,7 @@ func (c *checker) after(ev group.Event, from *process, p pre, out group.Output) 
 				c.fail(ckTransition, "group %s: metadata deleted", r.Group)
 				continue
 			}
-			if _, gen := m.GroupState(r.Group); gen != r.Metadata.Generation {
+			if _, gen := c.state(r.Group); gen != r.Metadata.Generation {
 				c.fail(ckGeneration, "group %s: persisted generation %d but the group is at %d", r.Group, r.Metadata.Generation, gen)
 			}
 			if len(r.Metadata.Members) > 0 {
@@ -382,7 +379,7 @@ func (c *checker) checkStatic() {
 			continue
 		}
 		c.count(ckStatic)
-		d := c.w.coord.describe(id)
+		d := c.w.describe(id)
 		seen := map[string]string{}
 		for _, m := range d.Members {
 			if m.InstanceID == nil {
@@ -545,14 +542,16 @@ func sortedKeys[V any](m map[tp]V) []tp {
 	return ks
 }
 
-// onDurable folds records the store now holds into the durable model and
-// notes the machine's state, which is now entirely durable.
+// onDurable folds records the store now holds into the durable model. The
+// state noted for a group it touches is no longer what a restart gives,
+// until onSettled notes the new one.
 func (c *checker) onDurable(recs []group.Record) {
 	for _, r := range recs {
 		gc := c.groups[r.Group]
 		if gc == nil {
 			continue
 		}
+		gc.snapValid = false
 		switch r.Type {
 		case group.RecordGroupMetadata:
 			gc.durMeta = r.Metadata
@@ -564,13 +563,29 @@ func (c *checker) onDurable(recs []group.Record) {
 			}
 		}
 	}
-	if m := c.w.coord.m; m != nil {
-		for _, id := range c.ids {
-			s, g := m.GroupState(id)
-			c.groups[id].snap = stateGen{s, g}
-			c.groups[id].snapValid = true
+}
+
+// onSettled notes the machines' state at a moment when every record they
+// produced is durable, which is what a restart must bring back (up to state
+// no record carries).
+func (c *checker) onSettled() {
+	for _, id := range c.ids {
+		if c.w.coord.machine(id) == nil {
+			continue
 		}
+		s, g := c.state(id)
+		c.groups[id].snap = stateGen{s, g}
+		c.groups[id].snapValid = true
 	}
+}
+
+// state is a group's state and generation in the machine that owns it.
+func (c *checker) state(id string) (group.State, int32) {
+	m := c.w.coord.machine(id)
+	if m == nil {
+		return group.Dead, -1
+	}
+	return m.GroupState(id)
 }
 
 func (c *checker) onCrash() {
@@ -585,11 +600,10 @@ func (c *checker) onCrash() {
 // durable is Stable at the same generation, no delivered generation is rolled
 // back, and every committed offset is exactly the durable one (so no
 // acknowledged commit is lost).
-func (c *checker) onLoad(why string) {
-	m := c.w.coord.m
-	for _, id := range c.ids {
+func (c *checker) onLoad(why string, ids []string) {
+	for _, id := range ids {
 		gc := c.groups[id]
-		s, gen := m.GroupState(id)
+		s, gen := c.state(id)
 		c.count(ckRestart)
 		switch {
 		case gc.durMeta == nil:
@@ -624,7 +638,7 @@ func (c *checker) onLoad(why string) {
 		}
 		got := map[tp]int64{}
 		if s != group.Dead {
-			got = c.w.coord.offsets(id)
+			got = c.w.offsets(id)
 		}
 		for _, t := range sortedKeys(gc.acked) {
 			c.count(ckAckDurable)

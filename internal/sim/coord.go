@@ -36,12 +36,35 @@ func (w *world) delay() time.Duration {
 	return d
 }
 
+// backend is the coordinator under simulation: the model of the runtime
+// below (coordinator), or the real runtime (runtimeCoord, runtime.go).
+type backend interface {
+	start()
+	restart()
+	isUp() bool
+	// incarnation counts crashes; a connection belongs to one.
+	incarnation() int
+	// receive delivers a request that arrived on cn.
+	receive(cn *conn, o *outReq)
+	crashFault()
+	// failNextWrite arms a failure of the next store write: mode 1 fails
+	// it before anything is written, mode 2 after.
+	failNextWrite(mode int)
+	// stopFaults disarms every armed fault.
+	stopFaults()
+	// machine returns the state machine that owns a group (nil if its
+	// shard has none).
+	machine(groupID string) *group.Machine
+	// close releases what the backend holds at the end of a run.
+	close()
+}
+
 // sendRequest puts o on p's connection, opening one if needed. A
 // coordinator that is down refuses the connection.
 func (w *world) sendRequest(p *process, o *outReq) {
 	c := w.coord
 	w.logf("%s -> %s %s", p.name, o.kind, describeRequest(o.req))
-	if !c.up {
+	if !c.isUp() {
 		w.after(w.delay(), func() {
 			p.do(func() {
 				w.count("run.connection-refused")
@@ -50,8 +73,8 @@ func (w *world) sendRequest(p *process, o *outReq) {
 		})
 		return
 	}
-	if p.conn == nil || p.conn.dead || p.conn.inc != c.inc {
-		p.conn = &conn{p: p, inc: c.inc}
+	if p.conn == nil || p.conn.dead || p.conn.inc != c.incarnation() {
+		p.conn = &conn{p: p, inc: c.incarnation()}
 	}
 	cn := p.conn
 	o.conn = cn
@@ -89,15 +112,14 @@ type coordinator struct {
 	timers  map[group.TimerKey]time.Time
 	waiting map[group.RequestID]*pending
 	nextID  group.RequestID
-	readID  group.RequestID
 
 	recs           []group.Record
 	hold           []held
 	flushScheduled bool
 
 	// Armed faults.
-	failNextWrite int // 1: fail before writing; 2: fail after writing
-	crashAtFlush  int // 1: crash before Apply; 2: after Apply, before replies
+	failNext     int // 1: fail before writing; 2: fail after writing
+	crashAtFlush int // 1: crash before Apply; 2: after Apply, before replies
 }
 
 // errInjected is the store error the simulator injects.
@@ -109,9 +131,17 @@ func newCoordinator(w *world) *coordinator {
 		st:      store.NewMemoryShards(1),
 		timers:  map[group.TimerKey]time.Time{},
 		waiting: map[group.RequestID]*pending{},
-		readID:  1 << 62,
 	}
 }
+
+var _ backend = (*coordinator)(nil)
+
+func (c *coordinator) isUp() bool                    { return c.up }
+func (c *coordinator) incarnation() int              { return c.inc }
+func (c *coordinator) failNextWrite(mode int)        { c.failNext = mode }
+func (c *coordinator) machine(string) *group.Machine { return c.m }
+func (c *coordinator) close()                        {}
+func (c *coordinator) stopFaults()                   { c.failNext, c.crashAtFlush = 0, 0 }
 
 // memberIDs numbers member ids per incarnation so they never repeat across
 // restarts and stay readable in traces.
@@ -150,10 +180,11 @@ func (c *coordinator) load(why string) {
 			return
 		}
 		c.w.chk.onDurable(out.Records)
+		c.w.chk.onSettled()
 	}
 	c.applyTimers(out.Timers)
 	c.w.logf("coordinator %s: replayed %d records into %d groups", why, len(recs), len(c.m.Groups()))
-	c.w.chk.onLoad(why)
+	c.w.chk.onLoad(why, c.w.chk.ids)
 }
 
 // receive steps the machine with a request that arrived on cn.
@@ -187,7 +218,7 @@ func (c *coordinator) step(ev group.Event, from *process) {
 			msg = w.chk.staleSync(pd, msg)
 		}
 		if w.opts.Bugs.ReplyBeforeApply {
-			c.release(pd, msg)
+			w.release(pd, msg)
 			continue
 		}
 		c.hold = append(c.hold, held{pd, msg})
@@ -222,8 +253,8 @@ func (c *coordinator) flush() {
 			c.crash("before the batch was durable")
 			return
 		}
-		mode := c.failNextWrite
-		c.failNextWrite = 0
+		mode := c.failNext
+		c.failNext = 0
 		if mode == 0 && w.chance(w.p.storeFailP) {
 			mode = 1 + w.intn(2)
 		}
@@ -249,12 +280,13 @@ func (c *coordinator) flush() {
 		err := c.st.Apply(apply)
 		if err == nil || mode == 2 {
 			w.chk.onDurable(recs)
+			w.chk.onSettled()
 		}
 		if err != nil {
 			w.logf("coordinator: store write of %d records failed: %v", len(recs), err)
 			if w.opts.Bugs.AckFailedWrite {
 				for _, h := range hold {
-					c.release(h.pend, h.msg)
+					w.release(h.pend, h.msg)
 				}
 				return
 			}
@@ -268,16 +300,15 @@ func (c *coordinator) flush() {
 			return
 		}
 	} else {
-		w.chk.onDurable(nil)
+		w.chk.onSettled()
 	}
 	for _, h := range hold {
-		c.release(h.pend, h.msg)
+		w.release(h.pend, h.msg)
 	}
 }
 
 // release sends a reply back on its connection, unless the network loses it.
-func (c *coordinator) release(pd *pending, msg kmsg.Response) {
-	w := c.w
+func (w *world) release(pd *pending, msg kmsg.Response) {
 	cn := pd.conn
 	if cn.dead {
 		return
@@ -310,7 +341,7 @@ func (c *coordinator) reload(hold []held) {
 		return
 	}
 	for _, h := range hold {
-		c.release(h.pend, coord.ErrorResponse(h.pend.o.req, kerr.CoordinatorNotAvailable.Code))
+		w.release(h.pend, coord.ErrorResponse(h.pend.o.req, kerr.CoordinatorNotAvailable.Code))
 	}
 	ids := make([]group.RequestID, 0, len(c.waiting))
 	for id := range c.waiting {
@@ -320,7 +351,7 @@ func (c *coordinator) reload(hold []held) {
 	for _, id := range ids {
 		pd := c.waiting[id]
 		delete(c.waiting, id)
-		c.release(pd, coord.ErrorResponse(pd.o.req, kerr.CoordinatorNotAvailable.Code))
+		w.release(pd, coord.ErrorResponse(pd.o.req, kerr.CoordinatorNotAvailable.Code))
 	}
 }
 
@@ -387,9 +418,21 @@ func (c *coordinator) crash(why string) {
 	c.flushScheduled = false
 	c.crashAtFlush = 0
 	w.chk.onCrash()
+	w.dropConnections(old)
+	inc := c.inc
+	w.after(w.between(0, 5*time.Second), func() {
+		if !c.up && c.inc == inc {
+			c.restart()
+		}
+	})
+}
+
+// dropConnections kills the connections of a crashed incarnation. Their
+// clients see them reset or, if the host vanished, time out.
+func (w *world) dropConnections(inc int) {
 	reset := w.chance(0.7)
 	for _, p := range w.procs {
-		if p.conn == nil || p.conn.inc != old {
+		if p.conn == nil || p.conn.inc != inc {
 			continue
 		}
 		p.conn.dead = true
@@ -397,12 +440,6 @@ func (c *coordinator) crash(why string) {
 			w.after(w.delay(), func() { p.do(func() { p.netError(o) }) })
 		}
 	}
-	inc := c.inc
-	w.after(w.between(0, 5*time.Second), func() {
-		if !c.up && c.inc == inc {
-			c.restart()
-		}
-	})
 }
 
 func (c *coordinator) restart() {
@@ -412,21 +449,21 @@ func (c *coordinator) restart() {
 	c.load("restart")
 }
 
-// describe reads a group through the machine without touching its state.
-func (c *coordinator) describe(id string) kmsg.DescribeGroupsResponseGroup {
+// describe reads a group through its machine without touching its state.
+func (w *world) describe(id string) kmsg.DescribeGroupsResponseGroup {
 	req := kmsg.NewPtrDescribeGroupsRequest()
 	req.Version = 5
 	req.Groups = []string{id}
-	resp := c.read(req).(*kmsg.DescribeGroupsResponse)
+	resp := w.read(id, req).(*kmsg.DescribeGroupsResponse)
 	return resp.Groups[0]
 }
 
-// offsets reads every committed offset of a group through the machine.
-func (c *coordinator) offsets(id string) map[tp]int64 {
+// offsets reads every committed offset of a group through its machine.
+func (w *world) offsets(id string) map[tp]int64 {
 	req := kmsg.NewPtrOffsetFetchRequest()
 	req.Version = 7
 	req.Group = id
-	resp := c.read(req).(*kmsg.OffsetFetchResponse)
+	resp := w.read(id, req).(*kmsg.OffsetFetchResponse)
 	out := map[tp]int64{}
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {
@@ -436,13 +473,14 @@ func (c *coordinator) offsets(id string) map[tp]int64 {
 	return out
 }
 
-// read steps a read-only request and returns its reply. Reads produce no
-// records and no deadlines; anything else is a bug worth failing on.
-func (c *coordinator) read(req kmsg.Request) kmsg.Response {
-	c.readID++
-	out := c.m.Step(c.w.now, group.Request{ID: c.readID, ClientID: "sim-checker", Msg: req})
+// read steps the machine of a group with a read-only request and returns
+// its reply. Reads produce no records and no deadlines; anything else is a
+// bug worth failing on. Their ids are far above the runtime's own.
+func (w *world) read(groupID string, req kmsg.Request) kmsg.Response {
+	w.readID++
+	out := w.coord.machine(groupID).Step(w.now, group.Request{ID: 1<<62 + w.readID, ClientID: "sim-checker", Msg: req})
 	if len(out.Records) > 0 || len(out.Timers) > 0 || len(out.Replies) != 1 {
-		c.w.fail("read", fmt.Sprintf("read-only %T produced %d records, %d timers, %d replies", req, len(out.Records), len(out.Timers), len(out.Replies)))
+		w.fail("read", fmt.Sprintf("read-only %T produced %d records, %d timers, %d replies", req, len(out.Records), len(out.Timers), len(out.Replies)))
 	}
 	return out.Replies[0].Msg
 }

@@ -13,14 +13,20 @@
 // seed, and maps are iterated in sorted order wherever the order could leak
 // into the run. The same seed therefore always produces the same trace.
 //
-// The coordinator model follows internal/coordinator's contract rather than
-// running it (the real runtime has goroutines and a real clock): step the
-// machine, mirror its deadlines, make its records durable with store.Apply,
-// and only then release its replies. A failed write rebuilds the machine from
-// the store with Replay and fails the held and parked requests with
-// COORDINATOR_NOT_AVAILABLE. A crash keeps only what the store made durable
-// (store.Memory.Crash), loses everything in flight, and restarts by replaying
-// the survivor.
+// By default the coordinator is a model that follows internal/coordinator's
+// contract rather than running it: step the machine, mirror its deadlines,
+// make its records durable with store.Apply, and only then release its
+// replies. A failed write rebuilds the machine from the store with Replay and
+// fails the held and parked requests with COORDINATOR_NOT_AVAILABLE. A crash
+// keeps only what the store made durable (store.Memory.Crash), loses
+// everything in flight, and restarts by replaying the survivor.
+//
+// With Options.Runtime the coordinator is the real one instead: the shard of
+// internal/coordinator (batching, pipelined writes, held replies, reload
+// after a failed write) over the pebble store on pebble's crashable
+// in-memory filesystem, with WAL writes and fsyncs failed on purpose, crash
+// clones for crashes, and the runtime's goroutines paced so that a seed
+// still replays exactly (runtime.go).
 //
 // Checkers run after every step and delivery (see check.go): legal state
 // transitions, monotonic generations across restarts, disjoint and complete

@@ -30,6 +30,9 @@ type params struct {
 
 	// Largest timeouts of any process, for the liveness bound.
 	maxSession, maxRebalance, maxReqTimeout time.Duration
+	// settleSlack is what the coordinator itself may add to the time
+	// groups need to converge once faults stop.
+	settleSlack time.Duration
 }
 
 type faultKind int
@@ -122,7 +125,11 @@ func (w *world) setup() {
 	p.initialDelay = pick(w, []time.Duration{-1, 0, time.Second, 3 * time.Second})
 	p.commitEvery = w.between(200*time.Millisecond, 5*time.Second)
 
-	w.coord = newCoordinator(w)
+	if w.opts.Runtime {
+		w.coord = newRuntimeCoord(w)
+	} else {
+		w.coord = newCoordinator(w)
+	}
 	w.chk = newChecker(w)
 
 	ngroups := 1
@@ -259,8 +266,8 @@ func (w *world) injectFault() {
 	case fCoordCrash:
 		w.coord.crashFault()
 	case fStoreFail:
-		if w.coord.up {
-			w.coord.failNextWrite = 1 + w.intn(2)
+		if w.coord.isUp() {
+			w.coord.failNextWrite(1 + w.intn(2))
 		}
 	case fMemberJoin:
 		if len(g.procs) < 14 {
@@ -294,9 +301,8 @@ func (g *groupSpec) live() []*process {
 func (w *world) enterQuiet() {
 	w.quiet = true
 	w.p.lossP, w.p.slowP, w.p.storeFailP = 0, 0, 0
-	w.coord.failNextWrite = 0
-	w.coord.crashAtFlush = 0
-	if !w.coord.up {
+	w.coord.stopFaults()
+	if !w.coord.isUp() {
 		w.coord.restart()
 	}
 	for _, pr := range w.procs {
@@ -317,7 +323,7 @@ func (w *world) enterQuiet() {
 // rebalance delay can stretch an empty group's first join phase.
 func (w *world) livenessBound() time.Duration {
 	p := w.p
-	return p.maxReqTimeout + p.maxSession + 2*p.maxRebalance + 2*max(p.initialDelay, 0) + 5*time.Second
+	return p.maxReqTimeout + p.maxSession + 2*p.maxRebalance + 2*max(p.initialDelay, 0) + p.settleSlack + 5*time.Second
 }
 
 // checkConverged polls convergence; once every group has converged it keeps
@@ -335,7 +341,7 @@ func (w *world) checkConverged() {
 	}
 	gens := map[string]int32{}
 	for _, g := range w.groups {
-		_, gens[g.id] = w.coord.m.GroupState(g.id)
+		_, gens[g.id] = w.coord.machine(g.id).GroupState(g.id)
 	}
 	w.logf("converged")
 	w.after(w.p.maxSession+time.Second, func() {
@@ -351,7 +357,7 @@ func (w *world) checkConverged() {
 			return
 		}
 		for _, g := range w.groups {
-			if _, gen := w.coord.m.GroupState(g.id); gen != gens[g.id] {
+			if _, gen := w.coord.machine(g.id).GroupState(g.id); gen != gens[g.id] {
 				// A fault's aftermath can still move a converged
 				// group (a member that lost a response may miss its
 				// session deadline); that is allowed within the
@@ -376,7 +382,7 @@ func (w *world) checkConverged() {
 // no process is left.
 func (w *world) converged() (bool, string) {
 	c := w.coord
-	if !c.up {
+	if !c.isUp() {
 		return false, "coordinator down"
 	}
 	for _, g := range w.groups {
@@ -386,7 +392,10 @@ func (w *world) converged() (bool, string) {
 				live = append(live, pr)
 			}
 		}
-		st, gen := c.m.GroupState(g.id)
+		if c.machine(g.id) == nil {
+			return false, fmt.Sprintf("group %s: its shard is loading", g.id)
+		}
+		st, gen := c.machine(g.id).GroupState(g.id)
 		if len(live) == 0 {
 			if st != group.Empty && st != group.Dead {
 				return false, fmt.Sprintf("group %s has no processes but is %s", g.id, st)
@@ -396,7 +405,7 @@ func (w *world) converged() (bool, string) {
 		if st != group.Stable {
 			return false, fmt.Sprintf("group %s is %s (generation %d)", g.id, st, gen)
 		}
-		d := c.describe(g.id)
+		d := w.describe(g.id)
 		members := map[string]bool{}
 		for _, m := range d.Members {
 			members[m.MemberID] = true

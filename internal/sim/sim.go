@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/groupd/groupd/internal/group"
 )
 
 // Options configures one simulated run.
@@ -19,6 +21,10 @@ type Options struct {
 	Bugs Bugs
 	// KeepTrace keeps every trace line in Result.Trace, for replays.
 	KeepTrace bool
+	// Runtime runs the real coordinator runtime over the real pebble
+	// store on a fault-injecting in-memory filesystem (runtime.go)
+	// instead of the model of it (coord.go).
+	Runtime bool
 }
 
 // Bugs are harness switches that break the coordinator runtime (never
@@ -48,15 +54,19 @@ type Bugs struct {
 
 // Failure is a checker violation (or a panic) in one run.
 type Failure struct {
-	Seed  uint64
-	Check string
-	Msg   string
-	At    time.Duration // virtual time since the start
-	Tail  []string      // the last trace lines
+	Seed    uint64
+	Runtime bool // the run was in Options.Runtime mode
+	Check   string
+	Msg     string
+	At      time.Duration // virtual time since the start
+	Tail    []string      // the last trace lines
 }
 
 // ReplayCommand is the command that replays a seed.
-func ReplayCommand(seed uint64) string {
+func ReplayCommand(seed uint64, runtime bool) string {
+	if runtime {
+		return fmt.Sprintf("go test ./internal/sim -run TestSimRuntime -seed=%d -v", seed)
+	}
 	return fmt.Sprintf("go test ./internal/sim -run TestSim -seed=%d -v", seed)
 }
 
@@ -69,7 +79,7 @@ func (f *Failure) Error() string {
 		b.WriteString(l)
 		b.WriteByte('\n')
 	}
-	fmt.Fprintf(&b, "replay: %s", ReplayCommand(f.Seed))
+	fmt.Fprintf(&b, "replay: %s", ReplayCommand(f.Seed, f.Runtime))
 	return b.String()
 }
 
@@ -152,11 +162,12 @@ type world struct {
 	seq  uint64
 
 	reqSeq uint64
+	readID group.RequestID // ids of the checkers' read-only requests
 
 	p      params
 	groups []*groupSpec
 	procs  []*process
-	coord  *coordinator
+	coord  backend
 	chk    *checker
 	stats  Stats
 
@@ -185,6 +196,9 @@ func Run(opts Options) (res Result) {
 	defer func() {
 		if r := recover(); r != nil {
 			w.fail("panic", fmt.Sprintf("%v\n%s", r, debug.Stack()))
+		}
+		if w.coord != nil {
+			w.coord.close()
 		}
 		res = Result{
 			Seed:      opts.Seed,
@@ -260,7 +274,7 @@ func (w *world) fail(check, msg string) {
 	for i := w.ntail - n; i < w.ntail; i++ {
 		tail = append(tail, w.tail[i%tailLen])
 	}
-	w.failure = &Failure{Seed: w.opts.Seed, Check: check, Msg: msg, At: w.now.Sub(start), Tail: tail}
+	w.failure = &Failure{Seed: w.opts.Seed, Runtime: w.opts.Runtime, Check: check, Msg: msg, At: w.now.Sub(start), Tail: tail}
 }
 
 func firstLine(s string) string {

@@ -12,10 +12,11 @@ import (
 )
 
 var (
-	flagSeeds = flag.Int("seeds", 1000, "how many seeds TestSim runs")
+	flagSeeds = flag.Int("seeds", 1000, "how many seeds TestSim runs (and TestSimRuntime, when given; it runs 200 otherwise)")
 	flagFirst = flag.Uint64("first", 1, "first seed of TestSim's batch")
 	flagSeed  = flag.Uint64("seed", 0, "run only this seed; with -v the whole trace is printed")
 	flagBug   = flag.String("bug", "", "enable a harness bug switch by name (see bugSwitches) for TestSim")
+	flagRepro = flag.Int("repro-seeds", 0, "TestReproducible runs seeds 1..N of each mode twice instead of its five fixed seeds")
 )
 
 // bugSwitches names every harness bug switch, for -bug and for
@@ -48,30 +49,46 @@ func bugsByName(t *testing.T, name string) Bugs {
 	return b
 }
 
-func replay(seed uint64, bug string) string {
+func replay(seed uint64, runtime bool, bug string) string {
 	if bug == "" {
-		return ReplayCommand(seed)
+		return ReplayCommand(seed, runtime)
 	}
-	return ReplayCommand(seed) + " -bug=" + bug
+	return ReplayCommand(seed, runtime) + " -bug=" + bug
 }
 
-// TestSim runs a batch of seeds (-seeds, from -first), or one seed (-seed).
-// A failure prints the seed, the checker, the last events and the command
-// that replays it.
+// TestSim runs a batch of seeds (-seeds, from -first), or one seed (-seed),
+// over the model of the coordinator runtime. A failure prints the seed, the
+// checker, the last events and the command that replays it.
 func TestSim(t *testing.T) {
+	runSeeds(t, *flagSeeds, false)
+}
+
+// TestSimRuntime runs seeds over the real coordinator runtime and pebble
+// store (Options.Runtime): 200 by default, or -seeds when given; -seed
+// runs one.
+func TestSimRuntime(t *testing.T) {
+	n := 200
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == "seeds" {
+			n = *flagSeeds
+		}
+	})
+	runSeeds(t, n, true)
+}
+
+func runSeeds(t *testing.T, n int, runtimeMode bool) {
 	bugs := bugsByName(t, *flagBug)
 	if *flagSeed != 0 {
-		res := Run(Options{Seed: *flagSeed, Bugs: bugs, KeepTrace: testing.Verbose()})
+		res := Run(Options{Seed: *flagSeed, Bugs: bugs, KeepTrace: testing.Verbose(), Runtime: runtimeMode})
 		for _, l := range res.Trace {
 			t.Log(l)
 		}
 		t.Logf("seed %d: %d events, %v virtual, trace hash %016x\n%s", res.Seed, res.Events, res.Virtual, res.TraceHash, res.Stats)
 		if res.Failure != nil {
-			t.Fatalf("%v\nreplay: %s", res.Failure, replay(res.Seed, *flagBug))
+			t.Fatalf("%v\nreplay: %s", res.Failure, replay(res.Seed, runtimeMode, *flagBug))
 		}
 		return
 	}
-	n := *flagSeeds
 	if testing.Short() {
 		n = min(n, 50)
 	}
@@ -102,7 +119,7 @@ func TestSim(t *testing.T) {
 				seed := next
 				next++
 				mu.Unlock()
-				res := Run(Options{Seed: seed, Bugs: bugs})
+				res := Run(Options{Seed: seed, Bugs: bugs, Runtime: runtimeMode})
 				mu.Lock()
 				ran++
 				total.Add(res.Stats)
@@ -111,7 +128,7 @@ func TestSim(t *testing.T) {
 				if res.Failure != nil {
 					failures = append(failures, res.Failure)
 				}
-				if ran%10000 == 0 {
+				if ran%progressEvery(runtimeMode) == 0 {
 					// Streamed with -v, so a long batch shows progress.
 					t.Logf("progress: %d seeds in %v, %d failed", ran, time.Since(began).Round(time.Second), len(failures))
 				}
@@ -143,6 +160,13 @@ func TestSim(t *testing.T) {
 	}
 }
 
+func progressEvery(runtimeMode bool) int {
+	if runtimeMode {
+		return 1000
+	}
+	return 10000
+}
+
 func sortedStrings[V any](m map[string]V) []string {
 	ks := make([]string, 0, len(m))
 	for k := range m {
@@ -153,23 +177,40 @@ func sortedStrings[V any](m map[string]V) []string {
 }
 
 // TestReproducible runs seeds twice and compares their traces: the same
-// seed must give the same run, event for event.
+// seed must give the same run, event for event, over the model and over the
+// real runtime.
 func TestReproducible(t *testing.T) {
-	for _, seed := range []uint64{1, 2, 3, 42, 1234} {
-		a := Run(Options{Seed: seed, KeepTrace: true})
-		b := Run(Options{Seed: seed, KeepTrace: true})
-		if a.TraceHash != b.TraceHash || a.Events != b.Events || len(a.Trace) != len(b.Trace) {
-			for i := range min(len(a.Trace), len(b.Trace)) {
-				if a.Trace[i] != b.Trace[i] {
-					t.Fatalf("seed %d diverges at trace line %d:\n  %s\n  %s", seed, i, a.Trace[i], b.Trace[i])
+	seeds := []uint64{1, 2, 3, 42, 1234}
+	if *flagRepro > 0 {
+		seeds = nil
+		for s := range *flagRepro {
+			seeds = append(seeds, uint64(s)+1)
+		}
+	}
+	for _, mode := range []struct {
+		name    string
+		runtime bool
+	}{{"model", false}, {"runtime", true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			for _, seed := range seeds {
+				a := Run(Options{Seed: seed, KeepTrace: true, Runtime: mode.runtime})
+				b := Run(Options{Seed: seed, KeepTrace: true, Runtime: mode.runtime})
+				if a.TraceHash != b.TraceHash || a.Events != b.Events || len(a.Trace) != len(b.Trace) {
+					for i := range min(len(a.Trace), len(b.Trace)) {
+						if a.Trace[i] != b.Trace[i] {
+							t.Fatalf("seed %d diverges at trace line %d:\n  %s\n  %s", seed, i, a.Trace[i], b.Trace[i])
+						}
+					}
+					t.Fatalf("seed %d: hashes %016x/%016x, events %d/%d, trace lines %d/%d", seed, a.TraceHash, b.TraceHash, a.Events, b.Events, len(a.Trace), len(b.Trace))
+				}
+				if (a.Failure == nil) != (b.Failure == nil) {
+					t.Fatalf("seed %d failed in only one of two runs", seed)
+				}
+				if *flagRepro == 0 {
+					t.Logf("seed %d: %d events, trace hash %016x", seed, a.Events, a.TraceHash)
 				}
 			}
-			t.Fatalf("seed %d: hashes %016x/%016x, events %d/%d, trace lines %d/%d", seed, a.TraceHash, b.TraceHash, a.Events, b.Events, len(a.Trace), len(b.Trace))
-		}
-		if (a.Failure == nil) != (b.Failure == nil) {
-			t.Fatalf("seed %d failed in only one of two runs", seed)
-		}
-		t.Logf("seed %d: %d events, trace hash %016x", seed, a.Events, a.TraceHash)
+		})
 	}
 }
 
@@ -187,11 +228,34 @@ func TestCheckersCatchBrokenBehaviour(t *testing.T) {
 					if f.Check == "panic" || f.Check == "runaway" {
 						t.Fatalf("bug %s crashed the simulator instead of tripping a checker:\n%v", sw.name, f)
 					}
-					t.Logf("caught by %q at seed %d after %v virtual: %s\nreplay: %s", f.Check, seed, f.At, firstLine(f.Msg), replay(seed, sw.name))
+					t.Logf("caught by %q at seed %d after %v virtual: %s\nreplay: %s", f.Check, seed, f.At, firstLine(f.Msg), replay(seed, false, sw.name))
 					return
 				}
 			}
 			t.Fatalf("no checker noticed bug %s in %d seeds", sw.name, maxSeeds)
+		})
+	}
+}
+
+// TestRuntimeCheckersCatchBrokenStore runs the real runtime over a store
+// that breaks its contract (it drops records, or acknowledges a write that
+// failed) and requires the checkers to catch it.
+func TestRuntimeCheckersCatchBrokenStore(t *testing.T) {
+	const maxSeeds = 200
+	for _, name := range []string{"DropOffsetRecords", "DropGroupRecords", "AckFailedWrite"} {
+		t.Run(name, func(t *testing.T) {
+			bugs := bugsByName(t, name)
+			for seed := uint64(1); seed <= maxSeeds; seed++ {
+				res := Run(Options{Seed: seed, Bugs: bugs, Runtime: true})
+				if f := res.Failure; f != nil {
+					if f.Check == "panic" || f.Check == "runaway" || f.Check == "runtime" || f.Check == "store" {
+						t.Fatalf("bug %s broke the simulation instead of tripping a checker:\n%v", name, f)
+					}
+					t.Logf("caught by %q at seed %d after %v virtual: %s\nreplay: %s", f.Check, seed, f.At, firstLine(f.Msg), replay(seed, true, name))
+					return
+				}
+			}
+			t.Fatalf("no checker noticed bug %s over the real runtime in %d seeds", name, maxSeeds)
 		})
 	}
 }

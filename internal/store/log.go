@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -111,17 +112,21 @@ func eachLogRecord(entry []byte, fn func(key, value []byte) error) error {
 	return nil
 }
 
-// decodeLogEntry calls fn with every record of a shard's log entry.
-func decodeLogEntry(shard int, key, entry []byte, fn func(group.Record) error) error {
+// decodeLogEntry calls fn with every record of a shard's log entry. A
+// record that does not decode is passed to undecodable as an
+// *UndecodableError; if that returns nil the record is skipped and the rest
+// of the entry is read. A malformed entry, which cannot be read past, is
+// passed to undecodable the same way.
+func decodeLogEntry(shard int, key, entry []byte, fn func(group.Record) error, undecodable func(error) error) error {
 	err := eachLogRecord(entry, func(k, v []byte) error {
 		rec, err := group.DecodeRecord(k, v)
 		if err != nil {
-			return fmt.Errorf("store: shard %d: log entry %x: record with key %x: %w", shard, key, k, err)
+			return undecodable(&UndecodableError{Shard: shard, Key: bytes.Clone(k), Entry: bytes.Clone(key), Err: err})
 		}
 		return fn(rec)
 	})
 	if errors.Is(err, errCorruptLog) {
-		return fmt.Errorf("store: shard %d: log entry %x: %w", shard, key, err)
+		return undecodable(&UndecodableError{Shard: shard, Entry: bytes.Clone(key), Err: err})
 	}
 	return err
 }
@@ -130,7 +135,7 @@ func decodeLogEntry(shard int, key, entry []byte, fn func(group.Record) error) e
 func (p *Pebble) folder() {
 	defer close(p.folderDone)
 	for shard := range p.foldq {
-		if err := p.fold(shard); err != nil {
+		if err := p.Fold(shard); err != nil && !errors.Is(err, ErrClosed) {
 			// The log is left as it was: nothing is lost, it is only
 			// longer to load. The next growth retries.
 			p.log.Error("folding the coordinator log failed", "shard", shard, "err", err)
@@ -142,14 +147,25 @@ func (p *Pebble) folder() {
 	}
 }
 
-// fold replaces the log entries of a shard that exist now by the latest
-// record of each key they hold.
-func (p *Pebble) fold(shard int) error {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.closed {
-		return nil
+// Fold replaces the log entries of a shard that exist now by the latest
+// record of each key they hold. The store does this in the background as
+// logs grow, unless Options.ManualFold leaves it to the caller. What Load
+// returns is the same before and after.
+func (p *Pebble) Fold(shard int) error {
+	if err := checkShard(shard, p.shards); err != nil {
+		return err
 	}
+	gen, err := p.acquire()
+	if err != nil {
+		return err
+	}
+	err = p.foldLocked(shard)
+	p.mu.RUnlock()
+	p.afterFailure(gen, err)
+	return err
+}
+
+func (p *Pebble) foldLocked(shard int) error {
 	it, err := p.db.NewIter(&pebble.IterOptions{
 		LowerBound: logPrefix(shard),
 		UpperBound: shardPrefix(shard + 1),
@@ -207,7 +223,7 @@ func (p *Pebble) fold(shard int) error {
 	if err := b.DeleteRange(first, append(end, 0), nil); err != nil {
 		return err
 	}
-	return b.Commit(pebble.Sync)
+	return p.commit(b)
 }
 
 // bytesOrNil copies v, keeping nil (a tombstone) distinct from empty.

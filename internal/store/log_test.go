@@ -179,6 +179,7 @@ func TestPebbleCorruptLogEntryNamesKey(t *testing.T) {
 // report corruption, never panic or read out of bounds, and what it accepts
 // must survive a re-encoding unchanged.
 func FuzzLogEntry(f *testing.F) {
+	fail := func(err error) error { return err }
 	f.Add(appendLogRecord(nil, offsetRec("g", "t", 1, 2)))
 	f.Add(appendLogRecord(appendLogRecord(nil, metaRec("g", 3)), group.Record{Type: group.RecordGroupMetadata, Group: "g"}))
 	f.Add([]byte{0x80})
@@ -187,7 +188,7 @@ func FuzzLogEntry(f *testing.F) {
 		err := decodeLogEntry(0, []byte("k"), entry, func(r group.Record) error {
 			recs = append(recs, r)
 			return nil
-		})
+		}, fail)
 		if err != nil {
 			return
 		}
@@ -199,7 +200,7 @@ func FuzzLogEntry(f *testing.F) {
 		if err := decodeLogEntry(0, []byte("k"), again, func(r group.Record) error {
 			back = append(back, r)
 			return nil
-		}); err != nil {
+		}, fail); err != nil {
 			t.Fatalf("re-encoded entry does not decode: %v", err)
 		}
 		if !reflect.DeepEqual(recs, back) {

@@ -20,6 +20,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -91,15 +92,46 @@ func appendStoreKey(b []byte, r group.Record, shards int) []byte {
 	return r.AppendKey(b)
 }
 
-// decode turns a stored key and value back into a record, naming the key if
-// it does not decode.
+// UndecodableError reports a stored record that cannot be turned back into
+// a group.Record. Reading it again gives the same bytes, so retrying cannot
+// help: the coordinator stops its start on it, unless the store was opened
+// to skip such records (Options.SkipUndecodable). Nothing is deleted either
+// way; the bytes stay in the store for an operator or a newer version to
+// read.
+type UndecodableError struct {
+	Shard int
+	// Key is the stored key of the record (with its shard prefix), or
+	// the key of the record inside a log entry; nil when the log entry
+	// itself is malformed.
+	Key []byte
+	// Entry is the key of the log entry holding the record, if any.
+	Entry []byte
+	Err   error
+}
+
+func (e *UndecodableError) Error() string {
+	switch {
+	case e.Key == nil:
+		return fmt.Sprintf("store: shard %d: log entry %x does not decode: %v", e.Shard, e.Entry, e.Err)
+	case e.Entry != nil:
+		return fmt.Sprintf("store: shard %d: log entry %x: record with key %x does not decode: %v", e.Shard, e.Entry, e.Key, e.Err)
+	}
+	return fmt.Sprintf("store: shard %d: record with key %x does not decode: %v", e.Shard, e.Key, e.Err)
+}
+
+func (e *UndecodableError) Unwrap() error { return e.Err }
+
+var errOutsideShard = errors.New("key is outside its shard's range")
+
+// decode turns a stored key and value back into a record; an
+// *UndecodableError names the key if it does not decode.
 func decode(shard int, key, value []byte) (group.Record, error) {
 	if len(key) < 2 || int(binary.BigEndian.Uint16(key)) != shard {
-		return group.Record{}, fmt.Errorf("store: key %x is outside shard %d", key, shard)
+		return group.Record{}, &UndecodableError{Shard: shard, Key: bytes.Clone(key), Err: errOutsideShard}
 	}
 	rec, err := group.DecodeRecord(key[2:], value)
 	if err != nil {
-		return group.Record{}, fmt.Errorf("store: shard %d: record with key %x: %w", shard, key, err)
+		return group.Record{}, &UndecodableError{Shard: shard, Key: bytes.Clone(key), Err: err}
 	}
 	return rec, nil
 }

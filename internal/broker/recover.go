@@ -1,0 +1,237 @@
+package broker
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/groupd/groupd/internal/partition"
+)
+
+// RecoverOptions configure Recover.
+type RecoverOptions struct {
+	DataDir string
+	// Force rebuilds meta.json even if it is present and readable.
+	Force bool
+	// AdoptUnknown adopts topic directories without a readable descriptor
+	// as topics named "recovered-<id>"; without it Recover names them and
+	// writes nothing.
+	AdoptUnknown bool
+	// ClusterID, if set, is the cluster id to write; otherwise it comes
+	// from the old meta.json if readable, else from the descriptors.
+	ClusterID string
+	// Out receives the report.
+	Out io.Writer
+}
+
+// ProducerIDMargin is added to the highest producer id found in the logs
+// when meta.json is lost: ids handed out to producers that never wrote a
+// batch are not in the logs, and a reused producer id would make the
+// broker answer a new producer with another's sequence state. Producer ids
+// are 63-bit, so skipping four billion costs nothing.
+const ProducerIDMargin = 1 << 32
+
+// Recover rebuilds meta.json from the topic directories under logs/: each
+// topic's name, id, partition count and configs come from its descriptor
+// (logs/<id>/topic.json), the cluster id from the descriptors, and the
+// producer-id limit from the highest producer id in any batch header plus
+// ProducerIDMargin. It reads the partition logs without changing them and
+// reports what it found; it writes nothing if a directory cannot be
+// accounted for (no descriptor without AdoptUnknown, two directories
+// claiming one name, a missing partition), naming each. An old meta.json
+// is kept beside the new one as meta.json.bak-<time>.
+func Recover(opts RecoverOptions) error {
+	out := opts.Out
+	if out == nil {
+		out = io.Discard
+	}
+	metaPath := filepath.Join(opts.DataDir, metaName)
+	old, haveOld, oldErr := readMeta(opts.DataDir)
+	if _, err := os.Stat(metaPath); err == nil || !errors.Is(err, os.ErrNotExist) {
+		switch {
+		case oldErr == nil && !opts.Force:
+			return fmt.Errorf("%s is present and readable, and groupd starts from it; use --force to rebuild it from the partition directories anyway (the current file is kept as a backup)", metaPath)
+		case oldErr != nil:
+			fmt.Fprintf(out, "%s is unreadable (%v); rebuilding it from the partition directories\n", metaPath, oldErr)
+			haveOld = false
+		default:
+			fmt.Fprintf(out, "%s is readable; rebuilding it anyway (--force)\n", metaPath)
+		}
+	} else {
+		fmt.Fprintf(out, "%s is missing; rebuilding it from the partition directories\n", metaPath)
+	}
+
+	// Removals recorded in a readable old file are kept: their
+	// directories are not topics to bring back.
+	removed := map[string]bool{}
+	var removals []removal
+	oldTopics := map[string]topicMeta{}
+	if haveOld {
+		for _, t := range old.Topics {
+			oldTopics[t.ID] = t
+		}
+		for _, r := range old.PendingRemovals {
+			removals = append(removals, r)
+			if r.FromPartition == 0 {
+				removed[r.ID] = true
+			}
+		}
+	}
+
+	logsDir := filepath.Join(opts.DataDir, logsDirName)
+	ents, err := os.ReadDir(logsDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	var (
+		problems  []string
+		topics    []topicMeta
+		byName    = map[string]string{}
+		clusterOf = map[string]int{}
+		maxPID    = int64(-1)
+	)
+	for _, e := range ents {
+		path := filepath.Join(logsDir, e.Name())
+		id, ok := parseTopicID(e.Name())
+		if !ok || !e.IsDir() {
+			problems = append(problems, fmt.Sprintf("%s: not a topic directory (named by a 32-digit hex topic id); move it out of %s", path, logsDir))
+			continue
+		}
+		if removed[e.Name()] {
+			fmt.Fprintf(out, "%s: removal recorded in the old %s; left for the next start to remove\n", path, metaName)
+			continue
+		}
+		tm := topicMeta{ID: id.String()}
+		d, derr := readDescriptor(path)
+		switch {
+		case derr == nil && d.ID == tm.ID && ValidateTopicName(d.Name) == nil:
+			tm.Name, tm.Partitions, tm.Configs = d.Name, d.Partitions, d.Configs
+			if d.ClusterID != "" {
+				clusterOf[d.ClusterID]++
+			}
+		case oldTopics[tm.ID].Name != "":
+			o := oldTopics[tm.ID]
+			tm.Name, tm.Partitions, tm.Configs = o.Name, o.Partitions, o.Configs
+			fmt.Fprintf(out, "%s: no usable %s (%v); topic %q as the old %s lists it\n", path, descriptorName, describeErr(derr, d, tm.ID), tm.Name, metaName)
+		case opts.AdoptUnknown:
+			tm.Name = "recovered-" + tm.ID
+			fmt.Fprintf(out, "%s: no usable %s (%v); adopting it as topic %q\n", path, descriptorName, describeErr(derr, d, tm.ID), tm.Name)
+		default:
+			problems = append(problems, fmt.Sprintf("%s: no usable %s (%v); adopt it with --adopt-unknown (as topic \"recovered-%s\") or move it out of %s", path, descriptorName, describeErr(derr, d, tm.ID), tm.ID, logsDir))
+			continue
+		}
+		parts, other, err := partitionDirs(path)
+		if err != nil {
+			return err
+		}
+		for p := range parts {
+			tm.Partitions = max(tm.Partitions, p+1)
+		}
+		if len(other) > 0 {
+			problems = append(problems, fmt.Sprintf("%s: unexpected entries %s; move them out", path, strings.Join(other, ", ")))
+		}
+		fmt.Fprintf(out, "%s: topic %q, %d partitions\n", path, tm.Name, tm.Partitions)
+		for p := range tm.Partitions {
+			pdir := filepath.Join(path, strconv.Itoa(int(p)))
+			if !parts[p] {
+				problems = append(problems, fmt.Sprintf("%s: partition %d of topic %q is missing; restore it, or create it empty (mkdir) to accept that its records are lost", pdir, p, tm.Name))
+				continue
+			}
+			sv, err := partition.SurveyDir(pdir)
+			if err != nil {
+				return fmt.Errorf("reading %s: %w", pdir, err)
+			}
+			maxPID = max(maxPID, sv.MaxProducerID)
+			fmt.Fprintf(out, "  partition %d: %d segments, offsets %d to %d, recovery point %d, highest producer id %d\n",
+				p, sv.Segments, sv.StartOffset, sv.EndOffset, sv.RecoveryPoint, sv.MaxProducerID)
+			for _, pr := range sv.Problems {
+				fmt.Fprintf(out, "    damage (the start refuses it unless --quarantine-damaged-segments): %s\n", pr)
+			}
+		}
+		if prev, ok := byName[tm.Name]; ok {
+			problems = append(problems, fmt.Sprintf("%s and %s both hold topic %q; move one of them out of %s", filepath.Join(logsDir, prev), path, tm.Name, logsDir))
+			continue
+		}
+		byName[tm.Name] = e.Name()
+		topics = append(topics, tm)
+	}
+	if len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintln(out, "problem:", p)
+		}
+		return fmt.Errorf("nothing was written: problems found (listed above): %d", len(problems))
+	}
+
+	m := metaFile{PendingRemovals: removals}
+	switch {
+	case opts.ClusterID != "":
+		m.ClusterID = opts.ClusterID
+		fmt.Fprintf(out, "cluster id: %s (given)\n", m.ClusterID)
+	case haveOld:
+		m.ClusterID = old.ClusterID
+		fmt.Fprintf(out, "cluster id: %s (from the old %s)\n", m.ClusterID, metaName)
+	case len(clusterOf) > 0:
+		ids := slices.SortedFunc(maps.Keys(clusterOf), func(a, b string) int {
+			return cmp.Or(cmp.Compare(clusterOf[b], clusterOf[a]), cmp.Compare(a, b))
+		})
+		m.ClusterID = ids[0]
+		fmt.Fprintf(out, "cluster id: %s (from %d topic descriptors)\n", m.ClusterID, clusterOf[ids[0]])
+		if len(ids) > 1 {
+			fmt.Fprintf(out, "  the descriptors name %d cluster ids: %s; pass --cluster-id to choose another\n", len(ids), strings.Join(ids, ", "))
+		}
+	default:
+		m.ClusterID = newClusterID()
+		fmt.Fprintf(out, "cluster id: %s (new: no descriptor names one)\n", m.ClusterID)
+	}
+	if haveOld {
+		m.ProducerIDLimit = max(old.ProducerIDLimit, maxPID+1)
+		fmt.Fprintf(out, "producer id limit: %d (the old %s's, or above the highest producer id in the logs, %d)\n", m.ProducerIDLimit, metaName, maxPID)
+	} else {
+		m.ProducerIDLimit = maxPID + 1 + ProducerIDMargin
+		fmt.Fprintf(out, "producer id limit: %d (highest producer id in the logs %d, plus a margin of %d for ids handed out but never used)\n", m.ProducerIDLimit, maxPID, int64(ProducerIDMargin))
+	}
+	slices.SortFunc(topics, func(a, b topicMeta) int { return strings.Compare(a.Name, b.Name) })
+	m.Topics = topics
+	if err := m.check(); err != nil {
+		return fmt.Errorf("rebuilt metadata is inconsistent: %w", err)
+	}
+	if _, err := os.Stat(metaPath); err == nil {
+		stamp := fmt.Sprintf("%s.bak-%s", metaPath, time.Now().UTC().Format("20060102T150405Z"))
+		bak := stamp
+		for n := 1; ; n++ {
+			if _, err := os.Lstat(bak); errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			bak = fmt.Sprintf("%s.%d", stamp, n)
+		}
+		if err := os.Rename(metaPath, bak); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "kept the old %s as %s\n", metaName, bak)
+	}
+	if err := writeMeta(opts.DataDir, m); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "wrote %s with %d topics\n", metaPath, len(topics))
+	return nil
+}
+
+func describeErr(err error, d descriptor, id string) string {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "missing"
+	case err != nil:
+		return err.Error()
+	case d.ID != id:
+		return fmt.Sprintf("it names id %q", d.ID)
+	}
+	return fmt.Sprintf("bad topic name %q", d.Name)
+}

@@ -1,0 +1,48 @@
+package consumer
+
+import (
+	"fmt"
+	"time"
+)
+
+// Replay discards the machine's groups and rebuilds them from records, in
+// log order or in store key order: a later record for a key replaces an
+// earlier one and a tombstone deletes it, so any order of the latest values
+// gives the same state. The topics the machine knows (from TopicsChanged)
+// resolve regular expressions; send TopicsChanged again after Replay so
+// that a group whose topics changed while it was not loaded gets a new
+// epoch.
+//
+// Like Kafka's onLoaded, every member gets a fresh session deadline from
+// now, and a member that was revoking partitions a fresh rebalance
+// deadline; the returned Output holds them. Records that contradict each
+// other (a partition held by two members) are an error naming the record,
+// and leave the machine without groups.
+func (m *Machine) Replay(now time.Time, recs []Record) (Output, error) {
+	m.begin(now)
+	m.groups = map[string]*group{}
+	m.timers = map[TimerKey]time.Time{}
+	m.replaying = true
+	for i, r := range recs {
+		if err := m.apply(r); err != nil {
+			m.replaying = false
+			m.groups = map[string]*group{}
+			m.begin(now)
+			return Output{}, fmt.Errorf("consumer: record %d (%s %q/%q): %w", i, r.Type, r.Group, r.Member, err)
+		}
+	}
+	m.replaying = false
+	for _, id := range m.Groups() {
+		g := m.groups[id]
+		for _, mem := range g.sortedMembers() {
+			mem.lastHeartbeat = now
+			m.schedule(TimerKey{Group: id, Kind: TimerSession, Member: mem.id}, m.cfg.SessionTimeout)
+			if mem.state == MemberUnrevokedPartitions {
+				mem.rebalanceEpoch = mem.epoch
+				m.schedule(TimerKey{Group: id, Kind: TimerRebalance, Member: mem.id},
+					time.Duration(max(mem.meta.rebalanceTimeout, 0))*time.Millisecond)
+			}
+		}
+	}
+	return m.end(), nil
+}
