@@ -234,22 +234,7 @@ func (m *targetModel) actions() map[string]func(*rapid.T) {
 func TestPropTargetMatchesAssign(t *testing.T) {
 	for _, as := range []Assignor{Uniform(), ServerRange()} {
 		t.Run(as.Name(), func(t *testing.T) {
-			var paths pathCounts
-			rapid.Check(t, func(t *rapid.T) {
-				m := newTargetModel(t, as)
-				t.Repeat(m.actions())
-				m.assign(t)
-				p := m.target.paths
-				paths.full += p.full
-				paths.homogeneous += p.homogeneous
-				paths.ranged += p.ranged
-				paths.general += p.general
-				paths.fallback += p.fallback
-			})
-			t.Logf("paths: %+v", paths)
-			if paths.fallback > 0 {
-				t.Errorf("%d incremental assignments found inconsistent state", paths.fallback)
-			}
+			paths := checkTargetModel(t, as, newTargetModel)
 			incremental := paths.ranged
 			if as.Name() == "uniform" {
 				incremental = min(paths.homogeneous, paths.general)
@@ -259,6 +244,29 @@ func TestPropTargetMatchesAssign(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkTargetModel runs the model's random action sequences for as and
+// returns how often each path was taken; no incremental Assign may find the
+// kept state inconsistent.
+func checkTargetModel(t *testing.T, as Assignor, newModel func(*rapid.T, Assignor) *targetModel) pathCounts {
+	var paths pathCounts
+	rapid.Check(t, func(t *rapid.T) {
+		m := newModel(t, as)
+		t.Repeat(m.actions())
+		m.assign(t)
+		p := m.target.paths
+		paths.full += p.full
+		paths.homogeneous += p.homogeneous
+		paths.ranged += p.ranged
+		paths.general += p.general
+		paths.fallback += p.fallback
+	})
+	t.Logf("paths: %+v", paths)
+	if paths.fallback > 0 {
+		t.Errorf("%d incremental assignments found inconsistent state", paths.fallback)
+	}
+	return paths
 }
 
 func TestTargetRejectsBadInput(t *testing.T) {
@@ -357,6 +365,56 @@ func TestTargetPaths(t *testing.T) {
 			tg.Assign()
 			if tg.paths != tc.want {
 				t.Errorf("paths %+v, want %+v", tg.paths, tc.want)
+			}
+		})
+	}
+}
+
+// newLargeTargetModel is a targetModel at the scale where the incremental
+// paths' heaps and batching matter: hundreds of members, thousands of
+// partitions, with either one shared subscription or the benchmark's five
+// overlapping subscription buckets. It starts settled (one full Assign from
+// empty targets), as a coordinator's group does after its first epoch.
+func newLargeTargetModel(t *rapid.T, as Assignor) *targetModel {
+	m := &targetModel{as: as, members: map[string]Member{}, topics: map[string]int32{}, last: Assignment{}}
+	for i := range rapid.IntRange(3, 10).Draw(t, "ntopics") {
+		name := fmt.Sprintf("t%d", i)
+		m.names = append(m.names, name)
+		m.topics[name] = rapid.Int32Range(1, 400).Draw(t, "parts")
+	}
+	m.homog = rapid.Bool().Draw(t, "homog")
+	m.shared = m.names
+	if !m.homog {
+		n := len(m.names)
+		for b := range 5 {
+			w := []string{m.names[(2*b)%n], m.names[(2*b+1)%n], m.names[(2*b+2)%n]}
+			m.patterns = append(m.patterns, w)
+		}
+	}
+	var initial []Member
+	for range rapid.IntRange(1, 300).Draw(t, "nmembers") {
+		mb := m.newMember(t)
+		initial = append(initial, mb)
+		m.members[mb.ID] = mb
+	}
+	var err error
+	if m.target, err = NewTarget(as, initial, m.topics); err != nil {
+		t.Fatal(err)
+	}
+	m.assign(t)
+	return m
+}
+
+// TestPropTargetMatchesAssignLarge is TestPropTargetMatchesAssign on
+// settled groups of up to 300 members and 4,000 partitions, where most
+// Assigns take the incremental paths and their heaps and batches are more
+// than a few entries deep.
+func TestPropTargetMatchesAssignLarge(t *testing.T) {
+	for _, as := range []Assignor{Uniform(), ServerRange()} {
+		t.Run(as.Name(), func(t *testing.T) {
+			paths := checkTargetModel(t, as, newLargeTargetModel)
+			if paths.homogeneous+paths.general+paths.ranged <= paths.full {
+				t.Errorf("mostly full assignments: %+v", paths)
 			}
 		})
 	}
