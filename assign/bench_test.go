@@ -2,6 +2,8 @@ package assign
 
 import (
 	"fmt"
+	"maps"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -285,4 +287,226 @@ func BenchmarkUniform(b *testing.B) {
 		})
 		b.Run(s.name+"/franz-go", func(b *testing.B) { runKgo(b, s, kgo.StickyBalancer()) })
 	}
+}
+
+// A targetChange is one epoch's worth of change to a group.
+type targetChange struct {
+	name  string
+	apply func(*Target)
+}
+
+// targetBench is a balanced group held by a Target, the changes measured
+// on it, and the same group as the stateless assignor's input.
+type targetBench struct {
+	base    *Target
+	ids     []string
+	subs    [][]string
+	topics  map[string]int32
+	changes []targetChange
+}
+
+// newTargetBench builds one of the uniform benchmark's shapes (see
+// uniformShape) as a Target settled under as: nm members, ratio partitions
+// per member over 10 topics. The changes: one member joins (subscribed as
+// the first member), the middle member leaves, and one topic gains a tenth
+// more partitions.
+func newTargetBench(as Assignor, name string, nm, ratio int, hetero bool) targetBench {
+	s := uniformShape(name, nm, ratio, hetero)[0]
+	tb := targetBench{ids: s.ids, subs: s.subs, topics: s.topics}
+	var ms []Member
+	for i, id := range s.ids {
+		ms = append(ms, Member{ID: id, Topics: s.subs[i]})
+	}
+	var err error
+	if tb.base, err = NewTarget(as, ms, s.topics); err != nil {
+		panic(err)
+	}
+	tb.base.Assign()
+	grown := s.names[len(s.names)/2]
+	more := s.topics[grown] / 10
+	tb.changes = []targetChange{
+		{"join", func(t *Target) { t.SetMember("member-zzzzz", "", s.subs[0]) }},
+		{"leave", func(t *Target) { t.RemoveMember(s.ids[nm/2]) }},
+		{"grow", func(t *Target) { t.SetTopic(grown, s.topics[grown]+more) }},
+	}
+	return tb
+}
+
+// clone copies the Target's own state; the targets themselves are
+// immutable and shared.
+func (t *Target) clone() *Target {
+	c := *t
+	c.paths = pathCounts{}
+	c.byID = make(map[string]*targetMember, len(t.byID))
+	c.order = make([]*targetMember, len(t.order))
+	c.classes = make(map[string]*subClass, len(t.classes))
+	for k, cl := range t.classes {
+		cp := *cl
+		cp.eff = slices.Clone(cl.eff)
+		c.classes[k] = &cp
+	}
+	for i, tm := range t.order {
+		cp := *tm
+		cp.class = c.classes[tm.class.key]
+		c.order[i], c.byID[tm.ID] = &cp, &cp
+	}
+	c.topics = maps.Clone(t.topics)
+	c.tid = maps.Clone(t.tid)
+	c.tname = slices.Clone(t.tname)
+	c.laid = slices.Clone(t.laid)
+	c.touched = slices.Clone(t.touched)
+	c.gone = slices.Clone(t.gone)
+	return &c
+}
+
+// statelessInput is the stateless assignor's input after change: the
+// changed group, each member with its target as Owned.
+func (tb *targetBench) statelessInput(change targetChange) ([]Member, map[string]int32) {
+	t := tb.base.clone()
+	change.apply(t)
+	ms := make([]Member, 0, len(t.order))
+	for _, tm := range t.order {
+		ms = append(ms, Member{ID: tm.ID, InstanceID: tm.InstanceID, Topics: tm.Topics, Owned: tm.Owned})
+	}
+	return ms, maps.Clone(t.topics)
+}
+
+// reportChange reports moves (partitions taken from a member that stays in
+// the group: revocations; a departed member's partitions do not count),
+// imbalance (max−min partitions per member) and the members whose target
+// changed.
+func reportChange(b *testing.B, prev, next Assignment, changed int) {
+	stayed := Assignment{}
+	for id, tps := range prev {
+		if _, ok := next[id]; ok {
+			stayed[id] = tps
+		}
+	}
+	moves := countMoves(stayed, next)
+	lo, hi := 1<<62, -1
+	for _, tps := range next {
+		n := 0
+		for _, x := range tps {
+			n += len(x.Partitions)
+		}
+		lo, hi = min(lo, n), max(hi, n)
+	}
+	b.ReportMetric(float64(moves), "moves")
+	b.ReportMetric(float64(hi-lo), "imbalance")
+	b.ReportMetric(float64(changed), "changed")
+}
+
+// BenchmarkTarget times a group's next target after one change: the
+// incremental Target (<assignor>/<shape>/<change>/target) beside the
+// stateless assignor on the same input (.../<change>/assign), and a first
+// assignment of the whole group from nothing (.../full/assign). The target
+// timing includes applying the change. Before each timed step, untimed, the
+// settled Target is copied and the heap collected, in every sub-benchmark
+// alike, so that no step pays for collecting an earlier one's garbage;
+// B/op shows what each step leaves to collect. For instruction counts, which
+// the machine's load does not disturb, run one sub-benchmark under callgrind
+// with --toggle-collect on stepTarget or stepAssign (see README.md).
+func BenchmarkTarget(b *testing.B) {
+	type shape struct {
+		name      string
+		nm, ratio int
+		hetero    bool
+	}
+	for _, as := range []Assignor{Uniform(), ServerRange()} {
+		for _, sh := range []shape{
+			{"homogeneous-10000m-500k", 10000, 50, false},
+			{"heterogeneous-10000m-100k", 10000, 10, true},
+		} {
+			prefix := as.Name() + "/" + sh.name + "/"
+			var tb *targetBench // built by the first sub-benchmark that runs
+			bench := func() *targetBench {
+				if tb == nil {
+					x := newTargetBench(as, sh.name, sh.nm, sh.ratio, sh.hetero)
+					tb = &x
+				}
+				return tb
+			}
+			b.Run(prefix+"full/assign", func(b *testing.B) {
+				tb := bench()
+				ms := make([]Member, len(tb.ids))
+				for i, id := range tb.ids {
+					ms[i] = Member{ID: id, Topics: tb.subs[i]}
+				}
+				var a Assignment
+				b.ReportAllocs()
+				for b.Loop() {
+					untimed(b, nil)
+					a = stepAssign(as, ms, tb.topics)
+				}
+				reportChange(b, Assignment{}, a, len(a))
+			})
+			for _, change := range []string{"join", "leave", "grow"} {
+				b.Run(prefix+change+"/target", func(b *testing.B) {
+					tb := bench()
+					ch := tb.change(change)
+					var t *Target
+					var changed []string
+					b.ReportAllocs()
+					for b.Loop() {
+						untimed(b, func() { t = tb.base.clone() })
+						changed = stepTarget(t, ch)
+					}
+					if t.paths.fallback+t.paths.full > 0 {
+						b.Fatalf("not incremental: %+v", t.paths)
+					}
+					reportChange(b, tb.base.Assignment(), t.Assignment(), len(changed))
+				})
+				b.Run(prefix+change+"/assign", func(b *testing.B) {
+					tb := bench()
+					ms, topics := tb.statelessInput(tb.change(change))
+					var a Assignment
+					b.ReportAllocs()
+					for b.Loop() {
+						untimed(b, nil)
+						a = stepAssign(as, ms, topics)
+					}
+					changed := 0
+					for _, m := range ms {
+						if !sameTarget(m.Owned, a[m.ID]) {
+							changed++
+						}
+					}
+					reportChange(b, tb.base.Assignment(), a, changed)
+				})
+			}
+		}
+	}
+}
+
+// untimed runs prepare, if any, and a collection with the timer stopped.
+func untimed(b *testing.B, prepare func()) {
+	b.StopTimer()
+	if prepare != nil {
+		prepare()
+	}
+	runtime.GC()
+	b.StartTimer()
+}
+
+// stepTarget and stepAssign are the timed steps, kept out of line so that
+// callgrind can count their instructions alone.
+//
+//go:noinline
+func stepTarget(t *Target, ch targetChange) []string {
+	ch.apply(t)
+	return t.Assign()
+}
+
+//go:noinline
+func stepAssign(as Assignor, ms []Member, topics map[string]int32) Assignment {
+	return as.Assign(ms, topics)
+}
+
+func (tb *targetBench) change(name string) targetChange {
+	for _, ch := range tb.changes {
+		if ch.name == name {
+			return ch
+		}
+	}
+	panic("no change " + name)
 }

@@ -21,6 +21,12 @@
 //     subscriptions), then stickiness.
 //   - [ServerRange]: co-partitioned ranges, sticky to the previous target.
 //
+// A coordinator runs one of them on every group epoch bump. [Target] keeps a
+// group's target assignment between bumps and, told what changed, computes
+// the next one from the previous with exactly the result of Uniform or
+// ServerRange, without a pass over every partition or rebuilding every
+// member's target.
+//
 // [DecodeMetadata], [Metadata.Encode], [DecodeAssignment] and
 // [EncodeAssignment] read and write ConsumerProtocolSubscription and
 // ConsumerProtocolAssignment (versions 0–3). Decoding is lenient the way real

@@ -22,6 +22,17 @@ func (h *lazyHeap[E]) push(e E) {
 	}
 }
 
+// fill replaces the contents with es, ordered bottom-up in linear time.
+// Pops come out in the same order as after pushing es one by one, since
+// less is a strict order on distinct entries and equal entries are
+// interchangeable.
+func (h *lazyHeap[E]) fill(es []E) {
+	h.es = es
+	for i := len(es)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
 // pop removes and returns the least entry; ok is false when empty.
 func (h *lazyHeap[E]) pop() (e E, ok bool) {
 	if len(h.es) == 0 {
@@ -31,19 +42,25 @@ func (h *lazyHeap[E]) pop() (e E, ok bool) {
 	last := len(h.es) - 1
 	h.es[0] = h.es[last]
 	h.es = h.es[:last]
-	for i := 0; ; {
+	h.down(0)
+	return e, true
+}
+
+// down moves the entry at i down to its place.
+func (h *lazyHeap[E]) down(i int) {
+	n := len(h.es)
+	for {
 		c := 2*i + 1
-		if c >= last {
-			break
+		if c >= n {
+			return
 		}
-		if c+1 < last && h.less(h.es[c+1], h.es[c]) {
+		if c+1 < n && h.less(h.es[c+1], h.es[c]) {
 			c++
 		}
 		if !h.less(h.es[c], h.es[i]) {
-			break
+			return
 		}
 		h.es[i], h.es[c] = h.es[c], h.es[i]
 		i = c
 	}
-	return e, true
 }

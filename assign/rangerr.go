@@ -32,7 +32,7 @@ func (rangeAssignor) Assign(members []Member, topics map[string]int32) Assignmen
 	}
 	subscribers := l.subscribersByTopic()
 	for t := range nt {
-		subs := subscribers(int32(t))
+		subs := subscribers.of(int32(t))
 		rangeFill(owner[l.base[t]:l.base[t+1]], int32(len(subs)), subs)
 	}
 	return l.build(owner)

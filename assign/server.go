@@ -43,7 +43,10 @@ type serverRangeAssignor struct{}
 func (serverRangeAssignor) Name() string { return "range" }
 
 func (serverRangeAssignor) Assign(members []Member, topics map[string]int32) Assignment {
-	l := newLayout(members, topics)
+	return serverRange(newLayout(members, topics))
+}
+
+func serverRange(l *layout) Assignment {
 	nm, nt := len(l.members), len(l.names)
 	owner := make([]int32, l.nparts)
 	prev := make([]int32, l.nparts)
@@ -66,7 +69,7 @@ func (serverRangeAssignor) Assign(members []Member, topics map[string]int32) Ass
 	remain := make([]int32, nm) // quota still to fill
 	pending := make([]int32, 0, nm)
 	for t := range nt {
-		subs := subscribers(int32(t))
+		subs := subscribers.of(int32(t))
 		if len(subs) == 0 {
 			continue
 		}

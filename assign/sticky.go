@@ -116,6 +116,12 @@ type engine struct {
 	load    []int32
 	// claimed is set when some partition has a previous owner.
 	claimed bool
+	// sparse, when set, replaces owner and prev: the solver then works
+	// from the members' previous targets and records only what moves
+	// (see sparseSolve). Only solveGeneral runs in this mode, and the
+	// caller fills load and cnt with what the members keep.
+	sparse *sparseSolve
+	cnt    *topicCounts
 	// buf backs owner, prev and claimer; release returns it to engineBufs.
 	buf []int32
 }
@@ -336,75 +342,114 @@ func (e *engine) keepQuota(minQ int32, extra *int32) {
 //     member two or more below another (see repair).
 func (e *engine) solveGeneral() {
 	l := e.l
-	nm, nt := e.nm, len(l.names)
-	// Per-topic subscriber lists in member order, sharing one array.
-	sstart := make([]int32, nt+1)
-	for _, s := range l.subs {
-		for _, t := range s {
-			sstart[t+1]++
-		}
-	}
-	for t := range nt {
-		sstart[t+1] += sstart[t]
-	}
-	slist := make([]int32, sstart[nt])
-	fill := append([]int32(nil), sstart[:nt]...)
-	for m, s := range l.subs {
-		for _, t := range s {
-			slist[fill[t]] = int32(m)
-			fill[t]++
-		}
-	}
-	subsOf := func(t int32) []int32 { return slist[sstart[t]:sstart[t+1]] }
-
-	// The count lookup sits in the repair's inner loop: use a dense
-	// member × topic matrix when it is small enough, else binary search
-	// each member's sorted subscription.
-	var cntAt func(m int32, t int32) *int32
-	if nm*nt <= 1<<22 {
-		dense := make([]int32, nm*nt)
-		cntAt = func(m int32, t int32) *int32 { return &dense[int(m)*nt+int(t)] }
-	} else {
-		// coff[m]+k indexes the count of m's k-th subscribed topic.
-		coff := make([]int32, nm+1)
-		for m, s := range l.subs {
-			coff[m+1] = coff[m] + int32(len(s))
-		}
-		cnt := make([]int32, coff[nm])
-		cntAt = func(m int32, t int32) *int32 {
-			k, _ := slices.BinarySearch(l.subs[m], t)
-			return &cnt[coff[m]+int32(k)]
-		}
-	}
-
 	// 1. Keep previous owners.
-	for p, o := range e.prev {
-		if o >= 0 {
-			e.owner[p] = o
-			e.load[o]++
+	var fstart, free []int32
+	cnt := e.cnt
+	if e.sparse != nil {
+		fstart, free = e.sparse.freeByTopic(l)
+	} else {
+		cnt = newTopicCounts(l)
+		for p, o := range e.prev {
+			if o >= 0 {
+				e.owner[p] = o
+				e.load[o]++
+			}
 		}
+		t := int32(0)
+		for p, o := range e.owner {
+			for int32(p) >= l.base[t+1] {
+				t++
+			}
+			if o >= 0 {
+				*cnt.at(o, t)++
+			}
+		}
+		fstart, free = e.freeByTopic()
 	}
-	t := int32(0)
-	for p, o := range e.owner {
-		for int32(p) >= l.base[t+1] {
-			t++
-		}
-		if o >= 0 {
-			*cntAt(o, t)++
-		}
+	// The per-topic subscriber lists cost a pass over every subscription:
+	// they are built only when the fill or the repair needs them.
+	var subs topicSubscribers
+	if !e.placeFree(cnt, fstart, free) {
+		subs = l.subscribersByTopic()
+		e.fillGreedy(subs, cnt, fstart, free)
 	}
+	// Every chain of the repair ends two below where it starts: when no
+	// member is two below another there is none, and its searches would
+	// only prove it, walking the whole group, before moving nothing.
+	if slices.Max(e.load)-slices.Min(e.load) < 2 {
+		return
+	}
+	if subs.list == nil {
+		subs = l.subscribersByTopic()
+	}
+	e.repair(subs, cnt, len(free) == 0)
+}
 
-	free := false
-	for _, o := range e.owner {
-		if o == noOwner {
-			free = true
-			break
+// freeByTopic lists the partitions nobody keeps, ascending: those of topic
+// t are free[fstart[t]:fstart[t+1]].
+func (e *engine) freeByTopic() (fstart, free []int32) {
+	l := e.l
+	nt := len(l.names)
+	fstart = make([]int32, nt+1)
+	free = make([]int32, 0, l.nparts)
+	for t := range nt {
+		for p := l.base[t]; p < l.base[t+1]; p++ {
+			if e.owner[p] == noOwner {
+				free = append(free, p)
+			}
 		}
+		fstart[t+1] = int32(len(free))
 	}
-	if !e.placeFree(cntAt) {
-		e.fillGreedy(sstart, slist, cntAt)
+	return fstart, free
+}
+
+// give hands free partition p to member m.
+func (e *engine) give(p, m int32) {
+	if e.sparse != nil {
+		e.sparse.add(m, p, noOwner)
+		return
 	}
-	e.repair(subsOf, cntAt, !free)
+	e.owner[p] = m
+}
+
+// topicCounts holds, per member and subscribed topic, how many of the
+// topic's partitions the member has. The repair reads it in its inner
+// loops: a dense member × topic matrix when that is small enough, else one
+// slot per subscribed topic found by binary search.
+type topicCounts struct {
+	nt    int
+	dense []int32
+	subs  [][]int32
+	off   []int32 // off[m]+k is the slot of m's k-th subscribed topic
+	slots []int32
+}
+
+func newTopicCounts(l *layout) *topicCounts {
+	nm, nt := len(l.subs), len(l.names)
+	c := &topicCounts{nt: nt}
+	if nm*nt <= 1<<22 {
+		c.dense = make([]int32, nm*nt)
+		return c
+	}
+	c.subs, c.off = l.subs, make([]int32, nm+1)
+	for m, s := range l.subs {
+		c.off[m+1] = c.off[m] + int32(len(s))
+	}
+	c.slots = make([]int32, c.off[nm])
+	return c
+}
+
+// at returns the count of member m in topic t, which m subscribes to.
+func (c *topicCounts) at(m, t int32) *int32 {
+	if c.dense != nil {
+		return &c.dense[int(m)*c.nt+int(t)]
+	}
+	return c.slot(m, t)
+}
+
+func (c *topicCounts) slot(m, t int32) *int32 {
+	k, _ := slices.BinarySearch(c.subs[m], t)
+	return &c.slots[c.off[m]+int32(k)]
 }
 
 // placeFree deals the partitions nobody keeps.
@@ -426,22 +471,11 @@ func (e *engine) solveGeneral() {
 // first, which balances the members of a class to within one.
 //
 // It reports false, placing nothing, when most classes would be single
-// members; the caller then uses fillGreedy.
-func (e *engine) placeFree(cntAt func(int32, int32) *int32) bool {
+// members; the caller then uses fillGreedy. fstart and free are
+// freeByTopic's lists.
+func (e *engine) placeFree(cnt *topicCounts, fstart, free []int32) bool {
 	l := e.l
 	nm, nt := e.nm, len(l.names)
-
-	// Free partitions per topic, in partition order.
-	fstart := make([]int32, nt+1)
-	free := make([]int32, 0, l.nparts)
-	for t := range nt {
-		for p := l.base[t]; p < l.base[t+1]; p++ {
-			if e.owner[p] == noOwner {
-				free = append(free, p)
-			}
-		}
-		fstart[t+1] = int32(len(free))
-	}
 	if len(free) == 0 {
 		return true
 	}
@@ -644,10 +678,10 @@ func (e *engine) placeFree(cntAt func(int32, int32) *int32) bool {
 				}
 				p := free[cursor[t]]
 				cursor[t]++
-				e.owner[p] = m
+				e.give(p, m)
 				e.load[m]++
 				need[m]--
-				*cntAt(m, t)++
+				*cnt.at(m, t)++
 			}
 		}
 	}
@@ -766,7 +800,7 @@ func (e *engine) balanceClasses(csubs [][]int32, ctStart, ctList []int32, share 
 // the maximum, none of them can improve either and no later chain can pass
 // through them. They are marked dead and never searched or crossed again,
 // which bounds the work.
-func (e *engine) repair(subsOf func(int32) []int32, cntAt func(int32, int32) *int32, direct bool) {
+func (e *engine) repair(subs topicSubscribers, cnt *topicCounts, direct bool) {
 	l := e.l
 	nm, nt := e.nm, len(l.names)
 	dead := make([]bool, nm)
@@ -778,11 +812,9 @@ func (e *engine) repair(subsOf func(int32) []int32, cntAt func(int32, int32) *in
 	epoch := int32(0)
 	hi := newLoadHeap(e.load, true)
 	lo := newLoadHeap(e.load, false)
-	for m := range nm {
-		hi.push(int32(m))
-		if direct {
-			lo.push(int32(m))
-		}
+	hi.pushAll(nm)
+	if direct {
+		lo.pushAll(nm)
 	}
 	n, nm64 := int64(l.nparts), int64(nm)
 
@@ -803,8 +835,8 @@ func (e *engine) repair(subsOf func(int32) []int32, cntAt func(int32, int32) *in
 		src, via := int32(-1), int32(-1)
 	scan:
 		for _, t := range l.subs[v] {
-			for _, x := range subsOf(t) {
-				if seenM[x] == epoch || *cntAt(x, t) == 0 {
+			for _, x := range subs.of(t) {
+				if seenM[x] == epoch || *cnt.at(x, t) == 0 {
 					continue
 				}
 				seenM[x] = epoch
@@ -820,8 +852,8 @@ func (e *engine) repair(subsOf func(int32) []int32, cntAt func(int32, int32) *in
 			break // longer chains are left to the forward search
 		}
 		e.movePartition(via, src, v)
-		*cntAt(src, via)--
-		*cntAt(v, via)++
+		*cnt.at(src, via)--
+		*cnt.at(v, via)++
 		e.load[src]--
 		e.load[v]++
 		hi.push(src)
@@ -846,12 +878,12 @@ func (e *engine) repair(subsOf func(int32) []int32, cntAt func(int32, int32) *in
 		for qi := 0; qi < len(queue); qi++ {
 			x := queue[qi]
 			for _, t := range l.subs[x] {
-				if seenT[t] == epoch || *cntAt(x, t) == 0 {
+				if seenT[t] == epoch || *cnt.at(x, t) == 0 {
 					continue
 				}
 				seenT[t] = epoch
 				peer[t] = x
-				for _, v := range subsOf(t) {
+				for _, v := range subs.of(t) {
 					if seenM[v] == epoch || dead[v] {
 						continue
 					}
@@ -879,8 +911,8 @@ func (e *engine) repair(subsOf func(int32) []int32, cntAt func(int32, int32) *in
 			t := via[cur]
 			giver := peer[t]
 			e.movePartition(t, giver, cur)
-			*cntAt(giver, t)--
-			*cntAt(cur, t)++
+			*cnt.at(giver, t)--
+			*cnt.at(cur, t)++
 			cur = giver
 		}
 		e.load[u]--
@@ -899,32 +931,21 @@ func (e *engine) repair(subsOf func(int32) []int32, cntAt func(int32, int32) *in
 // behind and the repair with a great deal to do. It is the placement for
 // groups whose subscriptions are mostly distinct, where placeFree's classes
 // would be single members.
-func (e *engine) fillGreedy(sstart, slist []int32, cntAt func(int32, int32) *int32) {
+func (e *engine) fillGreedy(subs topicSubscribers, cnt *topicCounts, fstart, free []int32) {
 	l := e.l
 	nt := len(l.names)
-	subsOf := func(t int32) []int32 { return slist[sstart[t]:sstart[t+1]] }
 	order := make([]int32, nt)
 	for t := range order {
 		order[t] = int32(t)
 	}
 	slices.SortStableFunc(order, func(a, b int32) int {
-		return int(sstart[a+1]-sstart[a]) - int(sstart[b+1]-sstart[b])
+		return len(subs.of(a)) - len(subs.of(b))
 	})
-	fstart := make([]int32, nt+1)
-	free := make([]int32, 0, l.nparts)
-	for t := range nt {
-		for p := l.base[t]; p < l.base[t+1]; p++ {
-			if e.owner[p] == noOwner {
-				free = append(free, p)
-			}
-		}
-		fstart[t+1] = int32(len(free))
-	}
 	fend := append([]int32(nil), fstart[1:]...)
 	const maxRounds = 8
 	chunk := make([]int32, nt)
 	for t := range nt {
-		n, s := fend[t]-fstart[t], sstart[t+1]-sstart[t]
+		n, s := fend[t]-fstart[t], int32(len(subs.of(int32(t))))
 		chunk[t] = max(s, (n+maxRounds-1)/maxRounds, 1)
 	}
 	var cand []int32
@@ -936,7 +957,7 @@ func (e *engine) fillGreedy(sstart, slist []int32, cntAt func(int32, int32) *int
 				continue
 			}
 			end := min(hi, lo+chunk[t])
-			e.waterFill(free[lo:end], subsOf(t), &cand, cntAt, t)
+			e.waterFill(free[lo:end], subs.of(t), &cand, cnt, t)
 			fstart[t] = end
 			more = more || end < hi
 		}
@@ -946,7 +967,7 @@ func (e *engine) fillGreedy(sstart, slist []int32, cntAt func(int32, int32) *int
 // waterFill gives the partitions in free to the least-loaded members of
 // subs: the lowest are raised to a common level while partitions last,
 // then the remainder goes one each in (load, index) order.
-func (e *engine) waterFill(free, subs []int32, cand *[]int32, cntAt func(int32, int32) *int32, t int32) {
+func (e *engine) waterFill(free, subs []int32, cand *[]int32, cnt *topicCounts, t int32) {
 	c := append((*cand)[:0], subs...)
 	*cand = c
 	slices.SortFunc(c, func(a, b int32) int {
@@ -974,9 +995,9 @@ func (e *engine) waterFill(free, subs []int32, cand *[]int32, cntAt func(int32, 
 		if int32(k) < extra {
 			target++
 		}
-		cnt := cntAt(m, t)
+		cnt := cnt.at(m, t)
 		for e.load[m] < target {
-			e.owner[free[fi]] = m
+			e.give(free[fi], m)
 			fi++
 			e.load[m]++
 			*cnt++
@@ -986,8 +1007,12 @@ func (e *engine) waterFill(free, subs []int32, cand *[]int32, cntAt func(int32, 
 
 // movePartition moves one partition of topic t from src to dst, choosing the
 // one that costs least stickiness: preferably one dst owned before, else one
-// src did not own before, else any.
+// src did not own before, else any; the lowest such.
 func (e *engine) movePartition(t int32, src, dst int32) {
+	if e.sparse != nil {
+		e.sparse.move(e.l, t, src, dst)
+		return
+	}
 	best, bestScore := int32(-1), -1
 	for p := e.l.base[t]; p < e.l.base[t+1]; p++ {
 		if e.owner[p] != src {
@@ -1050,6 +1075,15 @@ func newLoadHeap(load []int32, max bool) *loadHeap {
 func (h *loadHeap) len() int { return h.h.len() }
 
 func (h *loadHeap) push(m int32) { h.h.push(loadEntry{m, h.load[m]}) }
+
+// pushAll pushes members 0..n-1 at once.
+func (h *loadHeap) pushAll(n int) {
+	es := make([]loadEntry, n)
+	for m := range es {
+		es[m] = loadEntry{int32(m), h.load[m]}
+	}
+	h.h.fill(es)
+}
 
 // top returns the member pop would return without removing it; -1 when
 // empty.

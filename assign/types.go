@@ -107,11 +107,16 @@ func (l *layout) count(t int32) int32 { return l.base[t+1] - l.base[t] }
 // newLayout interns the problem. Topic names are looked up once per member
 // subscription; everything after works on integers.
 func newLayout(members []Member, topics map[string]int32) *layout {
-	l := &layout{}
 	ms := make([]*Member, len(members))
 	for i := range members {
 		ms[i] = &members[i]
 	}
+	return layoutOf(ms, topics)
+}
+
+// layoutOf is newLayout over member pointers; it may reorder ms.
+func layoutOf(ms []*Member, topics map[string]int32) *layout {
+	l := &layout{}
 	if !slices.IsSortedFunc(ms, memberLess) {
 		slices.SortStableFunc(ms, memberLess)
 	}
@@ -312,7 +317,7 @@ func (l *layout) build(owner []int32) Assignment {
 // subscribersByTopic returns, per topic index, the indexes of its
 // subscribing members in member order. A counting pass lets every list
 // share one array.
-func (l *layout) subscribersByTopic() func(t int32) []int32 {
+func (l *layout) subscribersByTopic() topicSubscribers {
 	nt := len(l.names)
 	start := make([]int32, nt+1)
 	for _, s := range l.subs {
@@ -331,8 +336,14 @@ func (l *layout) subscribersByTopic() func(t int32) []int32 {
 			fill[t]++
 		}
 	}
-	return func(t int32) []int32 { return list[start[t]:start[t+1]] }
+	return topicSubscribers{start, list}
 }
+
+// topicSubscribers holds the subscribers of topic t at
+// list[start[t]:start[t+1]].
+type topicSubscribers struct{ start, list []int32 }
+
+func (s topicSubscribers) of(t int32) []int32 { return s.list[s.start[t]:s.start[t+1]] }
 
 // buildSorted builds the Assignment from member-major sorted global indexes:
 // member i owns parts[start[i]:start[i+1]]. parts is rewritten in place to

@@ -20,6 +20,7 @@ import (
 	"github.com/groupd/groupd/internal/app"
 	"github.com/groupd/groupd/internal/broker"
 	"github.com/groupd/groupd/internal/cli"
+	"github.com/groupd/groupd/internal/fetchsession"
 	"github.com/groupd/groupd/internal/group"
 	"github.com/groupd/groupd/internal/group/consumer"
 	"github.com/groupd/groupd/internal/metrics"
@@ -89,6 +90,12 @@ func serveCmd() *cobra.Command {
 				return fmt.Errorf("consumer group settings: %w", err)
 			}
 			cfg.Logger = log
+			if cfg.NodeID < 0 {
+				return fmt.Errorf("--node-id: %d is negative", cfg.NodeID)
+			}
+			if cfg.FetchSessionCacheSlots <= 0 {
+				cfg.FetchSessionCacheSlots = -1 // no sessions
+			}
 			if advertise != "" {
 				host, port, err := splitHostPort(advertise)
 				if err != nil {
@@ -135,6 +142,8 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&cfg.MaxConnections, "max-connections", 0, "most open client connections; one more is closed as soon as it is accepted (0: three quarters of the open-file limit)")
 	f.DurationVar(&cfg.ConnectionsMaxIdle, "connections-max-idle", 10*time.Minute, "close a connection that has had nothing in flight for this long (connections.max.idle.ms); 0 never")
 	f.Int32Var(&cfg.FetchMaxBytes, "fetch-max-bytes", 55<<20, "most record bytes in one fetch reply, whatever the request asks (fetch.max.bytes); a larger first batch is still returned whole")
+	f.Int32Var(&cfg.NodeID, "node-id", 0, "this broker's id, as Metadata, FindCoordinator and DescribeCluster report it (node.id)")
+	f.IntVar(&cfg.FetchSessionCacheSlots, "max-incremental-fetch-session-cache-slots", fetchsession.DefaultMaxSessions, "most incremental fetch sessions (KIP-227) kept at once (max.incremental.fetch.session.cache.slots); 0 serves none")
 	f.StringVar(&fsync, "fsync", "always", "when partition logs and coordinator records are fsynced: always (before a produce or commit is acknowledged), interval (every --fsync-interval), never (left to the OS)")
 	f.DurationVar(&cfg.Log.SyncInterval, "fsync-interval", time.Second, "fsync period for --fsync=interval")
 	f.BoolVar(&cfg.SkipUndecodableRecords, "skip-undecodable-records", false, "start even if coordinator records (offsets, group metadata) do not decode, skipping each with a log line; without it such a record stops the start")

@@ -33,13 +33,13 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 	req := r.Msg.(*kmsg.FetchRequest)
 	resp := req.ResponseKind().(*kmsg.FetchResponse)
 
-	// Fetch sessions (KIP-227) are not kept: session id 0 tells the client
-	// to send full requests. A client naming a session gets the error a
-	// broker gives for one it no longer has.
-	if req.SessionID != 0 {
-		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
-		return resp, nil
+	// Fetch sessions (KIP-227, fetch_session.go) decide which partitions
+	// are read, and, once they are, which of them the reply carries.
+	entries, session := h.beginFetchSession(r, req, resp)
+	if session == nil {
+		return resp, nil // refused with a session error
 	}
+	defer h.finishFetchSession(session, resp)
 
 	var (
 		targets  []fetchTarget
@@ -51,7 +51,8 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 		internal *broker.OffsetsTopic
 		topicErr *kerr.Error
 	)
-	for _, e := range fetchEntries(req) {
+	targets = make([]fetchTarget, 0, len(entries))
+	for _, e := range entries {
 		rt, rp := &req.Topics[e.topic], e.part
 		// As in Kafka, partitions are answered in the order they were
 		// first named, and only consecutive partitions of one topic share
@@ -59,6 +60,9 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 		if n := len(resp.Topics); n == 0 || resp.Topics[n-1].Topic != rt.Topic || resp.Topics[n-1].TopicID != rt.TopicID {
 			st := kmsg.NewFetchResponseTopic()
 			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			// Sized once: a response partition is large, and a topic may
+			// have thousands.
+			st.Partitions = make([]kmsg.FetchResponseTopicPartition, 0, len(rt.Partitions))
 			resp.Topics = append(resp.Topics, st)
 		}
 		st := &resp.Topics[len(resp.Topics)-1]
@@ -93,7 +97,12 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			}
 		}
-		anyError = anyError || sp.ErrorCode != 0
+		// As in Kafka, a topic or partition the broker does not know is
+		// answered without cutting the others' wait short (KafkaApis
+		// leaves it out of the read): a session still holding a deleted
+		// topic must not turn its consumer's long poll into a busy loop.
+		// An error reading a known partition answers at once.
+		anyError = anyError || (sp.ErrorCode != 0 && topicErr == nil && sp.ErrorCode != kerr.UnknownTopicOrPartition.Code)
 		if l != nil {
 			targets = append(targets, fetchTarget{ti: len(resp.Topics) - 1, pi: len(st.Partitions), log: l, offset: rp.FetchOffset, max: rp.PartitionMaxBytes})
 		}
@@ -102,19 +111,22 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 
 	wait := min(time.Duration(req.MaxWaitMillis)*time.Millisecond, maxFetchWait)
 	var deadline <-chan time.Time
+	var waits []<-chan struct{}
 	for {
-		// Take the wake-up channels before reading, so an append between
-		// the read and the wait is not missed.
-		var waits []<-chan struct{}
-		if wait > 0 {
+		total, hadError := h.fetchRead(req, resp, targets)
+		if total >= int(req.MinBytes) || hadError || anyError || wait <= 0 || len(targets) == 0 {
+			return resp, nil
+		}
+		if waits == nil {
+			// About to wait: take the wake-up channels and read again, so
+			// an append between the read and the wait is not missed. A
+			// fetch answered by its first read (a consumer that is
+			// behind, or one of a thousand partitions) takes none.
 			waits = make([]<-chan struct{}, len(targets))
 			for i, t := range targets {
 				waits[i] = t.log.Wait()
 			}
-		}
-		total, hadError := h.fetchRead(req, resp, targets)
-		if total >= int(req.MinBytes) || hadError || anyError || wait <= 0 || len(targets) == 0 {
-			return resp, nil
+			continue
 		}
 		if deadline == nil {
 			timer := time.NewTimer(wait)
@@ -123,6 +135,9 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 		}
 		if !waitAny(ctx, deadline, waits) {
 			return resp, nil
+		}
+		for i, t := range targets {
+			waits[i] = t.log.Wait()
 		}
 	}
 }

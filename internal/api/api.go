@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/groupd/groupd/internal/broker"
+	"github.com/groupd/groupd/internal/fetchsession"
 	"github.com/groupd/groupd/internal/server"
 )
 
@@ -26,6 +27,10 @@ type Handler struct {
 	port int32
 	// fetchMaxBytes caps the record data of one fetch reply.
 	fetchMaxBytes int32
+	// sessions holds the incremental fetch sessions; sessionSlots is its
+	// size as configured (see FetchSessionCacheSlots).
+	sessions     *fetchsession.Cache
+	sessionSlots int
 }
 
 // DefaultFetchMaxBytes is Kafka's fetch.max.bytes.
@@ -56,6 +61,7 @@ func New(b *broker.Broker, c Coordinator, host string, port int32, log *slog.Log
 	for _, o := range opts {
 		o(h)
 	}
+	h.sessions = fetchsession.New(fetchsession.Config{MaxSessions: h.sessionSlots})
 	return h
 }
 

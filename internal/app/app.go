@@ -18,6 +18,7 @@ import (
 	"github.com/groupd/groupd/internal/api"
 	"github.com/groupd/groupd/internal/broker"
 	"github.com/groupd/groupd/internal/coordinator"
+	"github.com/groupd/groupd/internal/fetchsession"
 	"github.com/groupd/groupd/internal/group"
 	"github.com/groupd/groupd/internal/group/consumer"
 	"github.com/groupd/groupd/internal/inspect"
@@ -48,6 +49,14 @@ type Config struct {
 	// 55 MiB.
 	FetchMaxBytes int32
 	Log           partition.Options
+
+	// NodeID is the broker id Metadata, FindCoordinator and the other
+	// responses that name a broker report.
+	NodeID int32
+	// FetchSessionCacheSlots bounds the incremental fetch sessions (KIP-227);
+	// 0 is Kafka's 1,000, negative serves none.
+	FetchSessionCacheSlots int
+
 	// QuarantineDamagedSegments sets damaged partition segments aside on
 	// start instead of refusing to start (see broker.Config).
 	QuarantineDamagedSegments bool
@@ -99,6 +108,9 @@ type App struct {
 
 	// http is nil when HTTPListen is empty.
 	http *admin.Server
+
+	// handler serves the Kafka API (kept for its fetch session counters).
+	handler *api.Handler
 }
 
 // Start opens the data directory and starts serving. It returns once the
@@ -118,6 +130,7 @@ func Start(cfg Config) (*App, error) {
 		DataDir:           cfg.DataDir,
 		AutoCreateTopics:  cfg.AutoCreateTopics,
 		DefaultPartitions: cfg.DefaultPartitions,
+		NodeID:            cfg.NodeID,
 		Log:               cfg.Log,
 		Logger:            cfg.Logger,
 
@@ -193,16 +206,24 @@ func Start(cfg Config) (*App, error) {
 	if m != nil {
 		obs = m
 	}
+	handler := api.New(b, coord, host, port, cfg.Logger, api.FetchMaxBytes(cfg.FetchMaxBytes),
+		api.FetchSessionCacheSlots(cfg.FetchSessionCacheSlots))
 	srv := server.New(server.Config{
 		Observer:        obs,
 		MaxRequestBytes: cfg.MaxRequestBytes,
 		MaxConnections:  cfg.MaxConnections,
 		IdleTimeout:     cfg.ConnectionsMaxIdle,
-		Handler:         api.New(b, coord, host, port, cfg.Logger, api.FetchMaxBytes(cfg.FetchMaxBytes)),
+		Handler:         handler,
 		Logger:          cfg.Logger,
 	})
-	a := &App{broker: b, store: st, coord: coord, srv: srv, ln: ln, adv: net.JoinHostPort(host, strconv.Itoa(int(port))),
+	a := &App{broker: b, store: st, coord: coord, srv: srv, ln: ln, handler: handler, adv: net.JoinHostPort(host, strconv.Itoa(int(port))),
 		done: make(chan error, 2), stopped: make(chan struct{})}
+	if m != nil {
+		m.WatchFetchSessions(func() metrics.FetchSessionStats {
+			st := handler.FetchSessions()
+			return metrics.FetchSessionStats{Sessions: st.Sessions, Partitions: st.Partitions, Created: st.Created, Evicted: st.Evicted}
+		})
+	}
 	if m != nil {
 		// The coordinator is what the admin API, the page and the group
 		// gauges read. While its shards load it answers with an error
@@ -301,6 +322,9 @@ func (a *App) Broker() *broker.Broker { return a.broker }
 // Inspect is the read-only view of the groups and their rebalance
 // histories, for the admin side.
 func (a *App) Inspect() inspect.Source { return a.coord }
+
+// FetchSessions reports the incremental fetch session cache's counters.
+func (a *App) FetchSessions() fetchsession.Stats { return a.handler.FetchSessions() }
 
 // Addr is the address the listener is bound to.
 func (a *App) Addr() string { return a.ln.Addr().String() }

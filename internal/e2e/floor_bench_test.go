@@ -29,10 +29,10 @@ import (
 // goroutine that completes it. It bounds what a different edge could reach.
 var benchFloor = flag.String("floor", "", "benchmark a no-op server (edge or direct) in place of groupd")
 
-// floorTarget starts the floor asked for with -floor.
-func floorTarget(b *testing.B) benchTarget {
+// floorTarget starts a floor: edge or direct (what -floor asks for).
+func floorTarget(b *testing.B, kind string) benchTarget {
 	var groups floorGroups
-	switch *benchFloor {
+	switch kind {
 	case "edge":
 		return benchTarget{"floor-edge", serveFloor(b, func(ln net.Listener) func() {
 			s := server.New(server.Config{Handler: &edgeFloor{groups: &groups}})
@@ -45,7 +45,7 @@ func floorTarget(b *testing.B) benchTarget {
 			return func() { ln.Close() }
 		})}
 	}
-	b.Fatalf("-floor %q: want edge or direct", *benchFloor)
+	b.Fatalf("-floor %q: want edge or direct", kind)
 	return benchTarget{}
 }
 

@@ -31,6 +31,12 @@ import (
 // delayed join aspects in Kafka"; group.initial.rebalance.delay.ms is not
 // among the broker configs it reads), so groupd runs with the delay turned
 // off to match.
+//
+// Both sides run in this process, one after the other, in rounds; each
+// round another side goes first (inTurn), and before every measured window
+// but groupd's own the collector runs and groupd's store is left to finish
+// its background work (settle), so that no side pays for the garbage, log
+// folds or pebble compactions the other left behind.
 
 const (
 	rebalanceMembers = 1000 // members of the group formed per iteration
@@ -56,10 +62,23 @@ const (
 	benchIOTimeout   = 2 * time.Minute
 )
 
-// groupBenchTargets starts groupd with no initial rebalance delay (and the
+// groupBenchTargets is groupdAndKfake, with the floor asked for by -floor
+// in groupd's place.
+func groupBenchTargets(b *testing.B, sync partition.SyncPolicy) ([]benchTarget, func(name string)) {
+	b.Helper()
+	targets, settle := groupdAndKfake(b, sync)
+	if *benchFloor != "" {
+		targets[0] = floorTarget(b, *benchFloor)
+	}
+	return targets, settle
+}
+
+// groupdAndKfake starts groupd with no initial rebalance delay (and the
 // given fsync policy, which also decides whether the coordinator store
-// fsyncs) and a one-broker kfake, each with benchGroupTop created.
-func groupBenchTargets(b *testing.B, sync partition.SyncPolicy) []benchTarget {
+// fsyncs) and a one-broker kfake, each with benchGroupTop created. The
+// function it returns is called before each measured window of the named
+// side (see settle).
+func groupdAndKfake(b *testing.B, sync partition.SyncPolicy) ([]benchTarget, func(name string)) {
 	b.Helper()
 	a := startServer(b, b.TempDir(), func(c *app.Config) {
 		c.Log.Sync = sync
@@ -71,10 +90,40 @@ func groupBenchTargets(b *testing.B, sync partition.SyncPolicy) []benchTarget {
 		b.Fatal(err)
 	}
 	b.Cleanup(kf.Close)
-	if *benchFloor != "" {
-		return []benchTarget{floorTarget(b), {"kfake", kf.ListenAddrs()[0]}}
+	targets := []benchTarget{{"groupd", a.Addr()}, {"kfake", kf.ListenAddrs()[0]}}
+	groupds := map[string]*app.App{"groupd": a}
+	if t, with := httpSideTarget(b, sync); with != nil {
+		targets = append(targets, t)
+		groupds[t.name] = with
 	}
-	return append([]benchTarget{{"groupd", a.Addr()}, {"kfake", kf.ListenAddrs()[0]}}, httpSideTargets(b, sync)...)
+	return targets, func(name string) { settle(b, groupds, name) }
+}
+
+// settle prepares the window of the named side: it collects the garbage
+// every side left (they share this process), and waits until the store of
+// every groupd but the one measured next has no fold, flush or compaction
+// running or queued. Work a groupd's writes left for later is its own
+// cost, paid in its own next window, not in another side's.
+func settle(b *testing.B, groupds map[string]*app.App, name string) {
+	runtime.GC()
+	for other, a := range groupds {
+		if other == name {
+			continue
+		}
+		for deadline := time.Now().Add(30 * time.Second); !a.StoreIdle(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				b.Logf("%s's store still busy after 30s; measuring %s anyway", other, name)
+				break
+			}
+		}
+	}
+}
+
+// inTurn returns targets in the order of the given round: each round
+// another side goes first.
+func inTurn(targets []benchTarget, round int) []benchTarget {
+	k := round % len(targets)
+	return append(targets[k:len(targets):len(targets)], targets[:k]...)
 }
 
 // benchConn is a raw Kafka connection that can keep several requests in
@@ -520,7 +569,7 @@ func leaveAll(ctl *benchConn, members []benchMember) error {
 // groupd/kfake (below 1 means groupd is faster). Each member has its own
 // connection because a parked JoinGroup holds up its connection.
 func BenchmarkRebalance1000(b *testing.B) {
-	targets := groupBenchTargets(b, partition.SyncNever)
+	targets, settle := groupBenchTargets(b, partition.SyncNever)
 	type side struct {
 		ctl   *benchConn
 		conns []*benchConn
@@ -533,7 +582,8 @@ func BenchmarkRebalance1000(b *testing.B) {
 	b.ResetTimer()
 	b.StopTimer()
 	for i := range b.N {
-		for _, t := range targets {
+		for _, t := range inTurn(targets, i) {
+			settle(t.name)
 			s := sides[t.name]
 			s.ctl.arm()
 			armAll(s.conns)
@@ -606,7 +656,7 @@ func formGroups(b *testing.B, addr, prefix string, count, size int) []benchMembe
 // heartbeats in flight, and reports heartbeats per second on each side and
 // groupd/kfake (above 1 means groupd is faster).
 func BenchmarkHeartbeats(b *testing.B) {
-	targets := groupBenchTargets(b, partition.SyncNever)
+	targets, settle := groupBenchTargets(b, partition.SyncNever)
 	members := make(map[string][]benchMember)
 	conns := make(map[string][]*benchConn)
 	for _, t := range targets {
@@ -623,6 +673,7 @@ func BenchmarkHeartbeats(b *testing.B) {
 			req.Group, req.MemberID, req.Generation = m.group, m.id, m.gen
 			return req
 		})
+		settle(name)
 		armAll(conns[name])
 		d, err := parallel(conns[name], func(ci int, c *benchConn) error {
 			return c.pipeline(reqs[ci], hbWindow, func(resp kmsg.Response) error {
@@ -642,8 +693,8 @@ func BenchmarkHeartbeats(b *testing.B) {
 	}
 	elapsed := make(map[string]time.Duration)
 	b.ResetTimer()
-	for range b.N * benchRounds {
-		for _, t := range targets {
+	for round := range b.N * benchRounds {
+		for _, t := range inTurn(targets, round) {
 			elapsed[t.name] += run(t.name)
 		}
 	}
@@ -666,7 +717,7 @@ func reportRate(b *testing.B, name string, elapsed map[string]time.Duration, n f
 // each connection, and reports committed partitions per second on each
 // side and groupd/kfake (above 1 means groupd is faster).
 func benchmarkCommits(b *testing.B, sync partition.SyncPolicy, window int) {
-	targets := groupBenchTargets(b, sync)
+	targets, settle := groupBenchTargets(b, sync)
 	conns := make(map[string][]*benchConn)
 	for _, t := range targets {
 		conns[t.name] = dialBenchN(b, t.addr, commitConns)
@@ -693,6 +744,7 @@ func benchmarkCommits(b *testing.B, sync partition.SyncPolicy, window int) {
 			req.Topics = []kmsg.OffsetCommitRequestTopic{t}
 			return req
 		})
+		settle(name)
 		armAll(conns[name])
 		d, err := parallel(conns[name], func(ci int, c *benchConn) error {
 			return c.pipeline(reqs[ci], window, func(resp kmsg.Response) error {
@@ -722,8 +774,8 @@ func benchmarkCommits(b *testing.B, sync partition.SyncPolicy, window int) {
 	}
 	elapsed := make(map[string]time.Duration)
 	b.ResetTimer()
-	for range b.N * benchRounds {
-		for _, t := range targets {
+	for round := range b.N * benchRounds {
+		for _, t := range inTurn(targets, round) {
 			elapsed[t.name] += run(t.name, perConn)
 		}
 	}

@@ -26,12 +26,13 @@ var benchHTTPSide = flag.Bool("http-side", true, "also benchmark groupd with its
 // httpSideName names the groupd with the HTTP side on among the targets.
 const httpSideName = "groupd+http"
 
-// httpSideTargets starts, if -http-side is set, a groupd like the one
-// groupBenchTargets starts but with its HTTP side on.
-func httpSideTargets(b *testing.B, sync partition.SyncPolicy) []benchTarget {
+// httpSideTarget starts, if -http-side is set, a groupd like the one
+// groupBenchTargets starts but with its HTTP side on; it returns a nil App
+// otherwise.
+func httpSideTarget(b *testing.B, sync partition.SyncPolicy) (benchTarget, *app.App) {
 	b.Helper()
 	if !*benchHTTPSide || *benchFloor != "" {
-		return nil
+		return benchTarget{}, nil
 	}
 	a := startServer(b, b.TempDir(), func(c *app.Config) {
 		c.Log.Sync = sync
@@ -39,7 +40,7 @@ func httpSideTargets(b *testing.B, sync partition.SyncPolicy) []benchTarget {
 		c.HTTPListen = "127.0.0.1:0"
 	})
 	createTopic(b, a.Addr(), benchGroupTop, commitParts)
-	return []benchTarget{{httpSideName, a.Addr()}}
+	return benchTarget{httpSideName, a.Addr()}, a
 }
 
 // reportHTTPCost reports the time the groupd with the HTTP side took over

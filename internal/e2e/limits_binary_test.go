@@ -56,7 +56,7 @@ func groupdFaultBinary(t *testing.T) string {
 
 // memory reads a process's resident set and its peak (VmRSS and VmHWM
 // in /proc/PID/status), in bytes.
-func (p *groupdProc) memory(t *testing.T) (rss, peak int64) {
+func (p *groupdProc) memory(t testing.TB) (rss, peak int64) {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {

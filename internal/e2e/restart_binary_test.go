@@ -35,7 +35,7 @@ var (
 // to a per-user, per-checkout path under the temp dir (built beside it and
 // renamed, so concurrent runs never see half a file), which later runs of
 // the same checkout overwrite. Two checkouts never share a binary.
-func groupdBinary(t *testing.T) string {
+func groupdBinary(t testing.TB) string {
 	t.Helper()
 	groupdBinOnce.Do(func() {
 		wd, _ := os.Getwd()
@@ -89,19 +89,26 @@ type groupdProc struct {
 // startGroupd runs the binary on listen over dir, with extra flags after
 // the defaults (a later flag wins), and waits for its
 // "groupd listening on HOST:PORT ..." line.
-func startGroupd(t *testing.T, dir, listen string, extra ...string) *groupdProc {
+func startGroupd(t testing.TB, dir, listen string, extra ...string) *groupdProc {
 	t.Helper()
 	return startGroupdCmd(t, []string{groupdBinary(t)}, dir, listen, extra...)
 }
 
 // startGroupdCmd is startGroupd with the command that runs groupd given:
 // argv is a binary, or a wrapper and its arguments ending in the binary.
-func startGroupdCmd(t *testing.T, argv []string, dir, listen string, extra ...string) *groupdProc {
+func startGroupdCmd(t testing.TB, argv []string, dir, listen string, extra ...string) *groupdProc {
 	t.Helper()
-	p := &groupdProc{stderr: &lockedBuffer{}, exited: make(chan struct{})}
 	args := append([]string{"--listen", listen, "--data-dir", dir,
 		"--log-level", "warn", "--group-initial-rebalance-delay", "100ms", "--http-listen", "127.0.0.1:0"}, extra...)
-	p.cmd = exec.Command(argv[0], append(argv[1:len(argv):len(argv)], args...)...)
+	return startListener(t, "groupd", append(argv[:len(argv):len(argv)], args...))
+}
+
+// startListener runs argv, a server called name, and waits for its
+// "NAME listening on HOST:PORT ..." line.
+func startListener(t testing.TB, name string, argv []string) *groupdProc {
+	t.Helper()
+	p := &groupdProc{stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stderr = p.stderr
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -114,7 +121,7 @@ func startGroupdCmd(t *testing.T, argv []string, dir, listen string, extra ...st
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), "groupd listening on "); ok {
+			if rest, ok := strings.CutPrefix(sc.Text(), name+" listening on "); ok {
 				select {
 				case addrc <- strings.Fields(rest)[0]:
 				default:
@@ -129,16 +136,16 @@ func startGroupdCmd(t *testing.T, argv []string, dir, listen string, extra ...st
 		p.signal(syscall.SIGKILL)
 		<-p.exited
 		if t.Failed() {
-			t.Logf("groupd (%s) stderr:\n%s", p.addr, p.stderr.String())
+			t.Logf("%s (%s) stderr:\n%s", name, p.addr, p.stderr.String())
 		}
 	})
 	select {
 	case p.addr = <-addrc:
 		return p
 	case <-p.exited:
-		t.Fatalf("groupd exited before listening: %v\n%s", p.err, p.stderr.String())
+		t.Fatalf("%s exited before listening: %v\n%s", name, p.err, p.stderr.String())
 	case <-time.After(30 * time.Second):
-		t.Fatalf("groupd did not print its address\n%s", p.stderr.String())
+		t.Fatalf("%s did not print its address\n%s", name, p.stderr.String())
 	}
 	return nil
 }

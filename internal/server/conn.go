@@ -1,8 +1,6 @@
 package server
 
 import (
-	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -25,11 +23,12 @@ import (
 // and never reads the replies holds at most one of them.
 const maxPendingReplyBytes = 1 << 20
 
-// Reasons a connection is closed while reading.
+// Reasons a connection stops reading.
 var (
 	errIdle         = errors.New("connection idle")
 	errFrameTimeout = errors.New("request frame not received in time")
 	errStopped      = errors.New("connection stopped")
+	errParked       = errors.New("connection parked")
 )
 
 type reply struct {
@@ -42,16 +41,25 @@ type reply struct {
 	weight int64
 }
 
+// A connection has one goroutine while it has traffic, which reads and
+// handles its requests and writes their replies itself while nothing
+// waits to be written ahead of them. A reply that must wait for something
+// while the connection reads on (a JoinGroup parked until its group
+// rebalances, a produce until it is durable, any reply behind those, a
+// brief reply while further requests are already here) goes to a writer
+// goroutine, started for it and ended when no reply has come for
+// writerLinger. Between requests a connection holds no write buffer and a
+// small read buffer; with nothing in flight for a while it parks
+// (park.go) and holds neither a goroutine nor a buffer.
 type conn struct {
-	srv     *Server
-	nc      net.Conn
-	br      *bufio.Reader
-	size    [4]byte
-	replies chan reply // handled, waiting to be written
-	log     *slog.Logger
+	id  uint64 // Request.Conn
+	srv *Server
+	nc  net.Conn
+	fr  frameReader
 
-	stopOnce sync.Once
-	stop     chan struct{}
+	// stopping is set by stopReading; a reader waiting for reply room
+	// is woken to see it.
+	stopping atomic.Bool
 
 	// inFlight counts the requests read whose reply has not yet been
 	// written or dropped; idleSince is the clock reading (Unix
@@ -61,84 +69,122 @@ type conn struct {
 	inFlight  atomic.Int32
 	idleSince atomic.Int64
 	// pendingBytes is the weight of the replies handed to the writer and
-	// not yet written; drained wakes a reader waiting for it to fall.
+	// not yet written.
 	pendingBytes atomic.Int64
-	drained      chan struct{}
 
-	// writeDeadline is the writer's current deadline (writer only).
+	mu sync.Mutex
+	// room wakes a reader waiting for pendingBytes to fall or the
+	// writer's queue to shorten. It and wake are made with the first
+	// writer: a connection that never needs one never has them.
+	room chan struct{}
+	// queue[head:] holds the replies handed to the writer goroutine, in
+	// order. Its array is reused while the writer lives.
+	queue []reply
+	head  int
+	// writing is set while a writer goroutine runs; the reading
+	// goroutine starts one and waits for it (writer) before closing,
+	// having set readerDone. wake ends the wait of a writer lingering
+	// with nothing queued (writerWaits).
+	writing     bool
+	writerWaits bool
+	readerDone  bool
+	writer      sync.WaitGroup
+	wake        chan struct{}
+
+	// The output, owned by the reading goroutine while no writer runs and
+	// by the writer while one does: replies encoded and not yet written,
+	// whether a write failed (later replies are dropped), and the write
+	// deadline.
+	out           replyBuffer
+	failed        bool
 	writeDeadline time.Time
+
+	park parkState
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
-	return &conn{
-		srv:     s,
-		nc:      nc,
-		replies: make(chan reply, s.cfg.MaxInFlight),
-		stop:    make(chan struct{}),
-		drained: make(chan struct{}, 1),
-	}
+	c := &conn{srv: s, nc: nc}
+	c.fr.init(nc)
+	c.idleSince.Store(s.now().UnixNano())
+	return c
+}
+
+// logger is the server's logger with the connection's remote address; it
+// is built only for a line to be logged, which is rare.
+func (c *conn) logger() *slog.Logger {
+	return c.srv.log.With("remote", c.nc.RemoteAddr().String())
 }
 
 // stopReading makes the read loop finish at its next frame boundary
 // without cutting off replies that are still to be written.
 func (c *conn) stopReading() {
-	c.stopOnce.Do(func() {
-		close(c.stop)
-		// Unblock a read waiting for the next request; a frame half read
-		// is abandoned, which is the same as the client never sending it.
-		c.nc.SetReadDeadline(c.srv.now())
-	})
-}
-
-func (c *conn) stopped() bool {
-	select {
-	case <-c.stop:
-		return true
-	default:
-		return false
+	if c.stopping.Swap(true) {
+		return
 	}
+	// Unblock a read waiting for the next request; a frame half read is
+	// abandoned, which is the same as the client never sending it.
+	c.nc.SetReadDeadline(c.srv.now())
+	c.mu.Lock()
+	room := c.room
+	c.mu.Unlock()
+	if room != nil {
+		wake(room)
+	}
+	c.unpark(false)
 }
 
+func (c *conn) stopped() bool { return c.stopping.Load() }
+
+// serve runs the connection until it parks or closes. It runs on a
+// goroutine of its own, started when the connection is accepted and again
+// each time it is resumed after parking.
 func (c *conn) serve() {
-	defer c.srv.wg.Done()
-	defer func() {
-		c.srv.mu.Lock()
-		delete(c.srv.conns, c)
-		c.srv.mu.Unlock()
-		if c.srv.obs != nil {
-			c.srv.obs.ConnectionClosed()
-		}
-	}()
-	c.log = c.srv.log.With("remote", c.nc.RemoteAddr().String())
-	c.br = bufio.NewReaderSize(c.nc, 64<<10)
-	c.idleSince.Store(c.srv.now().UnixNano())
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		c.writeLoop()
-	}()
-	c.readLoop()
-	close(c.replies)
-	<-writerDone
+	if c.readLoop() == errParked {
+		return // the goroutine that resumes the connection takes over
+	}
+	// A writer still running drains its queue: the replies to the
+	// requests read so far are written (or dropped after a failure).
+	c.mu.Lock()
+	c.readerDone = true
+	c.wakeWriter()
+	c.mu.Unlock()
+	c.writer.Wait()
+	c.forget()
+	c.fr.release()
 	c.nc.Close()
+	c.srv.mu.Lock()
+	delete(c.srv.conns, c)
+	c.srv.mu.Unlock()
+	if c.srv.obs != nil {
+		c.srv.obs.ConnectionClosed()
+	}
+	if cc, ok := c.srv.cfg.Handler.(ConnCloser); ok {
+		cc.ConnClosed(c.id)
+	}
+	c.srv.wg.Done()
 }
 
-func (c *conn) readLoop() {
+// readLoop reads and serves requests until the connection must close,
+// or parks (errParked).
+func (c *conn) readLoop() error {
 	for {
 		frame, err := c.nextFrame()
+		if err == errParked {
+			return err
+		}
 		if err != nil {
 			c.logReadError(err)
-			return
+			return err
 		}
 		var start time.Time
 		if c.srv.obs != nil {
 			start = time.Now()
 		}
 		if !c.waitForReplyRoom() {
-			return
+			return errStopped
 		}
 		if !c.serveRequest(frame, start) {
-			return
+			return errStopped
 		}
 	}
 }
@@ -152,16 +198,16 @@ func (c *conn) logReadError(err error) {
 	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):
 		// The client hung up, possibly mid-frame: not our business to
 		// warn about.
-		c.log.Debug("connection closed by client", "err", err)
+		c.logger().Debug("connection closed by client", "err", err)
 	case errors.Is(err, errIdle):
-		c.log.Debug("closing idle connection", "idle_timeout", c.srv.cfg.IdleTimeout)
+		c.logger().Debug("closing idle connection", "idle_timeout", c.srv.cfg.IdleTimeout)
 	case errors.Is(err, errFrameTimeout):
 		if ok, suppressed := c.srv.frameLog.allow(c.srv.now()); ok {
-			c.log.Warn("closing connection: request frame not received in time",
+			c.logger().Warn("closing connection: request frame not received in time",
 				"frame_timeout", c.srv.cfg.FrameTimeout, "suppressed", suppressed)
 		}
 	default:
-		c.log.Warn("closing connection: bad frame", "err", err)
+		c.logger().Warn("closing connection: bad frame", "err", err)
 	}
 }
 
@@ -170,12 +216,12 @@ func (c *conn) logReadError(err error) {
 // arrive within FrameTimeout. A frame already buffered whole costs no
 // deadline change.
 func (c *conn) nextFrame() ([]byte, error) {
-	if c.br.Buffered() == 0 {
+	if c.fr.buffered() == 0 {
 		if err := c.awaitFrame(); err != nil {
 			return nil, err
 		}
 	}
-	if !c.frameBuffered() {
+	if !c.fr.frameBuffered() {
 		var dl time.Time
 		if c.srv.cfg.FrameTimeout > 0 {
 			dl = c.srv.now().Add(c.srv.cfg.FrameTimeout)
@@ -184,7 +230,7 @@ func (c *conn) nextFrame() ([]byte, error) {
 			return nil, err
 		}
 	}
-	frame, err := ReadFrame(c.br, c.size[:], c.srv.cfg.MaxRequestBytes)
+	frame, err := c.fr.readFrame(c.srv.cfg.MaxRequestBytes)
 	if err != nil && isTimeout(err) && !c.stopped() {
 		return nil, errFrameTimeout
 	}
@@ -194,20 +240,48 @@ func (c *conn) nextFrame() ([]byte, error) {
 // awaitFrame waits for the first byte of a frame. The read deadline is the
 // end of the idle timeout; when it passes, the connection is closed only
 // if it has had nothing in flight all that time, and the deadline moves
-// on otherwise.
+// on otherwise. A connection that can park waits parkAfter at most, then
+// parks if it has nothing in flight (errParked); one whose requests come
+// further apart than that (sparse) parks at once.
 func (c *conn) awaitFrame() error {
+	if c.park.expired.Load() {
+		return errIdle
+	}
+	if c.park.woken {
+		c.park.woken = false
+		// The read will not block: no deadline, so no timer.
+		if err := c.setReadDeadline(time.Time{}); err != nil {
+			return err
+		}
+		if err := c.fr.fill(); err == nil || !isTimeout(err) {
+			c.noteGap()
+			return err
+		}
+	}
+	parkable := c.parkable()
+	if parkable && c.park.sparse && c.parkNow(true) {
+		return errParked
+	}
 	idle := c.srv.cfg.IdleTimeout
 	from := c.srv.now()
+	var parkAt time.Time
+	if parkable {
+		parkAt = from.Add(c.srv.parkAfter)
+	}
 	for {
 		var dl time.Time
 		if idle > 0 {
 			dl = from.Add(idle)
 		}
+		if !parkAt.IsZero() && (dl.IsZero() || parkAt.Before(dl)) {
+			dl = parkAt
+		}
 		if err := c.setReadDeadline(dl); err != nil {
 			return err
 		}
-		_, err := c.br.Peek(1)
+		err := c.fr.fill()
 		if err == nil {
+			c.noteGap()
 			return nil
 		}
 		if !isTimeout(err) {
@@ -215,6 +289,13 @@ func (c *conn) awaitFrame() error {
 		}
 		if c.stopped() {
 			return errStopped
+		}
+		if !parkAt.IsZero() && !c.srv.now().Before(parkAt) {
+			parkAt = time.Time{}
+			if c.parkNow(false) {
+				return errParked
+			}
+			continue
 		}
 		if c.inFlight.Load() > 0 {
 			from = c.srv.now()
@@ -225,6 +306,14 @@ func (c *conn) awaitFrame() error {
 			continue
 		}
 		return errIdle
+	}
+}
+
+// noteGap records whether the request just begun came parkAfter or more
+// after the last reply (sparse).
+func (c *conn) noteGap() {
+	if c.inFlight.Load() == 0 {
+		c.park.sparse = c.srv.now().Sub(time.Unix(0, c.idleSince.Load())) >= c.srv.parkAfter
 	}
 }
 
@@ -241,37 +330,45 @@ func (c *conn) setReadDeadline(t time.Time) error {
 	return nil
 }
 
-// frameBuffered reports whether a whole frame is in the read buffer.
-func (c *conn) frameBuffered() bool {
-	n := c.br.Buffered()
-	if n < 4 {
-		return false
-	}
-	b, _ := c.br.Peek(4)
-	size := int32(binary.BigEndian.Uint32(b))
-	return size >= 0 && int(size) <= n-4
-}
-
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // waitForReplyRoom blocks while the replies waiting for the writer hold
-// more than maxPendingReplyBytes. It reports false if the connection
-// stops first.
+// more than maxPendingReplyBytes, or number MaxInFlight. It reports false
+// if the connection stops first. Either can only happen with a writer,
+// which makes room first.
 func (c *conn) waitForReplyRoom() bool {
-	for c.pendingBytes.Load() > maxPendingReplyBytes {
+	for c.pendingBytes.Load() > maxPendingReplyBytes || c.queued() >= c.srv.cfg.MaxInFlight {
 		if testHookReplyRoomWait != nil {
 			testHookReplyRoomWait()
 		}
-		select {
-		case <-c.drained:
-		case <-c.stop:
+		if c.stopped() {
 			return false
 		}
+		<-c.room // a writer exists, so room was made before it started
 	}
-	return true
+	return !c.stopped()
+}
+
+func (c *conn) queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue) - c.head
+}
+
+// wakeReader tells a reader waiting for reply room to look again; only a
+// writer calls it.
+func (c *conn) wakeReader() { wake(c.room) }
+
+// wake leaves a token in ch, a channel of capacity 1, unless one is there:
+// its receiver looks again at what it waits for.
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }
 
 // testHookReplyRoomWait, if set, is called when a reader starts waiting
@@ -296,7 +393,7 @@ func (c *conn) serveRequest(frame []byte, start time.Time) (ok bool) {
 	}()
 	hdr, req, err := DecodeRequest(frame, c.srv.cfg.Handler)
 	if err != nil {
-		c.log.Warn("closing connection: bad request", "err", err, "api", kmsg.NameForKey(hdr.Key),
+		c.logger().Warn("closing connection: bad request", "err", err, "api", kmsg.NameForKey(hdr.Key),
 			"key", hdr.Key, "version", hdr.Version, "client", hdr.ClientID)
 		c.release(0)
 		if errors.Is(err, ErrRequestDecode) {
@@ -311,19 +408,63 @@ func (c *conn) serveRequest(frame []byte, start time.Time) (ok bool) {
 		c.observe(hdr, start, errStopped)
 		return false
 	}
-	resp, err := c.srv.cfg.Handler.Handle(c.srv.ctx, &Request{Header: hdr, Msg: req, Remote: c.nc.RemoteAddr()})
-	w := replyWeight(resp)
-	if w > 0 {
-		c.pendingBytes.Add(w)
-	}
-	// The writer drains replies until they are closed, even after a
-	// failure, so this send cannot block for good.
-	c.replies <- reply{hdr: hdr, resp: resp, err: err, start: start, weight: w}
+	resp, err := c.srv.cfg.Handler.Handle(c.srv.ctx, &Request{Header: hdr, Msg: req, Remote: c.nc.RemoteAddr(), Conn: c.id})
+	c.respond(reply{hdr: hdr, resp: resp, err: err, start: start, weight: replyWeight(resp)})
 	return true
 }
 
+// inlineReplyBytes is the most record data a reply written by the reading
+// goroutine holds. A larger one goes to a writer, so that the next
+// request is read while the client takes its time reading this reply.
+const inlineReplyBytes = 64 << 10
+
+// respond writes r, or hands it to the writer goroutine (starting one if
+// none runs). Replies are written in request order: r is written here
+// only if nothing waits ahead of it, and only if it need not wait itself,
+// or waits briefly while the client has sent nothing further yet.
+func (c *conn) respond(r reply) {
+	c.mu.Lock()
+	if !c.writing {
+		inline := r.weight <= inlineReplyBytes
+		if wt, ok := r.resp.(Waiter); ok && inline {
+			inline = isBrief(wt) && !c.fr.frameBuffered()
+		}
+		if inline {
+			c.mu.Unlock()
+			c.writeReply(&r, true)
+			return
+		}
+		c.writing = true
+		if c.wake == nil {
+			c.room = make(chan struct{}, 1)
+			c.wake = make(chan struct{}, 1)
+		}
+		c.writer.Add(1)
+		go c.writeLoop()
+	}
+	if r.weight > 0 {
+		c.pendingBytes.Add(r.weight)
+	}
+	c.queue = append(c.queue, r)
+	c.wakeWriter()
+	c.mu.Unlock()
+}
+
+// wakeWriter ends the wait of a lingering writer; c.mu is held.
+func (c *conn) wakeWriter() {
+	if c.writerWaits {
+		c.writerWaits = false
+		wake(c.wake)
+	}
+}
+
+func isBrief(w Waiter) bool {
+	b, ok := w.(Brief)
+	return ok && b.Brief()
+}
+
 func (c *conn) logPanic(p any, hdr Header) error {
-	c.log.Error("closing connection: panic while handling request", "api", kmsg.NameForKey(hdr.Key),
+	c.logger().Error("closing connection: panic while handling request", "api", kmsg.NameForKey(hdr.Key),
 		"key", hdr.Key, "version", hdr.Version, "client", hdr.ClientID, "correlation_id", hdr.CorrelationID,
 		"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 	return fmt.Errorf("panic while handling request: %v", p)
@@ -349,10 +490,7 @@ func replyWeight(resp kmsg.Response) int64 {
 // or that closed the connection: weight is what its reply held.
 func (c *conn) release(weight int64) {
 	if weight > 0 && c.pendingBytes.Add(-weight) <= maxPendingReplyBytes {
-		select {
-		case c.drained <- struct{}{}:
-		default:
-		}
+		c.wakeReader()
 	}
 	if c.inFlight.Load() == 1 {
 		c.idleSince.Store(c.srv.now().UnixNano())
@@ -368,24 +506,127 @@ func (c *conn) observe(hdr Header, start time.Time, err error) {
 	}
 }
 
+// writerLinger is how long a writer waits for another reply before it
+// ends. A client that pipelines sends its next requests within a round
+// trip, and keeps its writer; one that pauses longer does not hold it.
+const writerLinger = 10 * time.Millisecond
+
+// writeLoop writes the queued replies in order and ends when none has
+// come for writerLinger, or the read loop has ended, after writing what
+// it encoded.
 func (c *conn) writeLoop() {
-	w := replyWriter{c: c, bw: bufio.NewWriterSize(c.nc, 64<<10)}
-	failed := false
-	for r := range c.replies {
-		var err error
-		if !failed {
-			if err = w.write(&r); err != nil {
-				failed = true
-				c.stopReading()
+	defer c.writer.Done()
+	// The timer runs once per writerLinger, not once per wait: a writer
+	// that wrote something in the last period waits another.
+	linger := time.NewTimer(writerLinger)
+	defer linger.Stop()
+	wrote, expired := false, false
+	for {
+		c.mu.Lock()
+		if c.head == len(c.queue) {
+			c.queue, c.head = c.queue[:0], 0
+			if expired || c.readerDone {
+				c.queue = nil // an idle connection holds no queue
+				c.writing = false
+				c.mu.Unlock()
+				return
+			}
+			c.writerWaits = true
+			c.mu.Unlock()
+			select {
+			case <-c.wake:
+			case <-linger.C:
+				if wrote {
+					wrote = false
+					linger.Reset(writerLinger)
+				} else {
+					expired = true
+				}
+			}
+			continue
+		}
+		c.writerWaits = false
+		r := c.queue[c.head]
+		c.queue[c.head] = reply{}
+		c.head++
+		c.mu.Unlock()
+		c.wakeReader()
+		c.writeReply(&r, false)
+		wrote = true
+	}
+}
+
+// writeReply writes r after the replies already encoded: at once (inline),
+// or once no further reply is queued or enough is encoded. The weight r
+// added to pendingBytes, if queued, is released. An error (the request
+// failed, the write failed, or the wait or the encoding panicked) closes
+// the connection; the replies after it are dropped.
+func (c *conn) writeReply(r *reply, inline bool) {
+	var err error
+	if !c.failed {
+		if err = c.write(r, inline); err != nil {
+			c.failed = true
+			c.out.release()
+			c.stopReading()
+		}
+	}
+	if inline {
+		r.weight = 0 // never added to pendingBytes
+	}
+	c.release(r.weight)
+	c.observe(r.hdr, r.start, err)
+}
+
+// flushReplyBytes is how much encoded output the writer gathers at most
+// before writing it, even with more replies ready.
+const flushReplyBytes = 64 << 10
+
+// write waits for a reply if it must, then encodes it and writes the
+// output if it is time to.
+func (c *conn) write(r *reply, inline bool) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = c.logPanic(p, r.hdr)
+		}
+	}()
+	if r.err != nil {
+		c.logger().Warn("closing connection: request failed", "err", r.err, "api", kmsg.NameForKey(r.hdr.Key), "client", r.hdr.ClientID)
+		return r.err
+	}
+	if wt, ok := r.resp.(Waiter); ok {
+		if !isBrief(wt) {
+			// This may wait long: send what is encoded first.
+			if err := c.flush(); err != nil {
+				return err
 			}
 		}
-		c.release(r.weight)
-		c.observe(r.hdr, r.start, err)
+		if err := wt.Wait(); err != nil {
+			c.logger().Warn("closing connection: request failed", "err", err, "api", kmsg.NameForKey(r.hdr.Key), "client", r.hdr.ClientID)
+			return err
+		}
 	}
-	if !failed {
-		c.armWriteDeadline()
-		w.bw.Flush()
+	if r.resp != nil {
+		c.out.encode(r.hdr.CorrelationID, r.resp, r.weight)
+		r.resp = nil // the encoding is all that is needed now
 	}
+	// Flush only when no further reply is ready, so that pipelined
+	// replies share a syscall.
+	if inline || c.out.len() >= flushReplyBytes || c.queued() == 0 {
+		return c.flush()
+	}
+	return nil
+}
+
+// flush writes the encoded replies and lets go of their buffer.
+func (c *conn) flush() error {
+	if c.out.len() == 0 {
+		c.out.release()
+		return nil
+	}
+	c.armWriteDeadline()
+	_, err := c.nc.Write(c.out.bytes())
+	c.out.release()
+	return err
 }
 
 // armWriteDeadline keeps a write deadline IdleTimeout ahead, so a client
@@ -403,79 +644,54 @@ func (c *conn) armWriteDeadline() {
 	}
 }
 
-// replyWriter writes one connection's replies in order.
-type replyWriter struct {
-	c   *conn
-	bw  *bufio.Writer
-	buf replyBuffer
+// Reply encoding buffers are pooled: a connection takes one when it has a
+// reply to write and gives it back once written.
+const (
+	replyBufferBytes = 4 << 10
+	// retainReplyBytes is the largest buffer given back to the pool.
+	// Most replies are far smaller; one large fetch reply must not pin
+	// its size.
+	retainReplyBytes = 256 << 10
+)
+
+var replyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, replyBufferBytes); return &b }}
+
+// replyBuffer holds the encoding of replies not yet written.
+type replyBuffer struct{ b *[]byte }
+
+func (rb *replyBuffer) len() int {
+	if rb.b == nil {
+		return 0
+	}
+	return len(*rb.b)
 }
 
-// write waits for a reply if it must, then encodes and writes it. An
-// error (the request failed, the write failed, or the wait or the encoding
-// panicked) closes the connection.
-func (w *replyWriter) write(r *reply) (err error) {
-	c := w.c
-	defer func() {
-		if p := recover(); p != nil {
-			err = c.logPanic(p, r.hdr)
-		}
-	}()
-	if r.err != nil {
-		c.log.Warn("closing connection: request failed", "err", r.err, "api", kmsg.NameForKey(r.hdr.Key), "client", r.hdr.ClientID)
-		return r.err
+func (rb *replyBuffer) bytes() []byte { return *rb.b }
+
+// encode appends resp's frame; weight is the record data it holds
+// (replyWeight). The buffer is sized for that data up front: grown by
+// appending, a large reply would pass through copies of half, a
+// quarter... of its size.
+func (rb *replyBuffer) encode(corr int32, resp kmsg.Response, weight int64) {
+	if rb.b == nil {
+		rb.b = replyBuffers.Get().(*[]byte)
 	}
-	if r.resp == nil {
-		return nil
+	b := *rb.b
+	if need := len(b) + int(weight) + 64<<10; weight > 0 && cap(b) < need {
+		b = append(make([]byte, 0, need), b...)
 	}
-	if wt, ok := r.resp.(Waiter); ok {
-		if b, ok := wt.(Brief); !ok || !b.Brief() {
-			// This may wait long: send what is buffered first.
-			c.armWriteDeadline()
-			w.bw.Flush()
-		}
-		if err := wt.Wait(); err != nil {
-			c.log.Warn("closing connection: request failed", "err", err, "api", kmsg.NameForKey(r.hdr.Key), "client", r.hdr.ClientID)
-			return err
-		}
-	}
-	frame := w.buf.encode(r.hdr.CorrelationID, r.resp, r.weight)
-	r.resp = nil // the encoding is all that is needed now
-	c.armWriteDeadline()
-	_, err = w.bw.Write(frame)
-	w.buf.release()
-	if err != nil {
-		return err
-	}
-	// Flush only when no further reply is ready, so pipelined replies
-	// share a syscall.
-	if len(c.replies) == 0 {
-		return w.bw.Flush()
-	}
-	return nil
+	*rb.b = AppendResponse(b, corr, resp)
 }
 
-// retainReplyBytes is the largest reply encoding buffer kept between
-// replies. Most replies are far smaller; one large fetch reply must not
-// pin its size for the life of the connection.
-const retainReplyBytes = 256 << 10
-
-// replyBuffer holds the encoding of one reply at a time.
-type replyBuffer struct{ b []byte }
-
-// encode encodes resp; weight is the record data it holds (replyWeight).
-// The buffer is sized for that data up front: grown by appending, a large
-// reply would pass through copies of half, a quarter... of its size.
-func (rb *replyBuffer) encode(corr int32, resp kmsg.Response, weight int64) []byte {
-	if need := int(weight) + 64<<10; cap(rb.b) < need {
-		rb.b = make([]byte, 0, need)
-	}
-	rb.b = AppendResponse(rb.b[:0], corr, resp)
-	return rb.b
-}
-
-// release lets go of a buffer grown past retainReplyBytes.
+// release lets go of the buffer: back to the pool unless it grew past
+// retainReplyBytes.
 func (rb *replyBuffer) release() {
-	if cap(rb.b) > retainReplyBytes {
-		rb.b = nil
+	if rb.b == nil {
+		return
 	}
+	if cap(*rb.b) <= retainReplyBytes {
+		*rb.b = (*rb.b)[:0]
+		replyBuffers.Put(rb.b)
+	}
+	rb.b = nil
 }

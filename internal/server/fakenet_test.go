@@ -88,6 +88,7 @@ type fakeConn struct {
 	closed                      bool
 	readDeadline, writeDeadline time.Time
 	readBlocked, writeBlocked   bool
+	writes                      int // Write calls that wrote something
 }
 
 func (c *fakeConn) past(dl time.Time) bool { return !dl.IsZero() && !c.net.now.Before(dl) }
@@ -129,6 +130,11 @@ func (c *fakeConn) Write(p []byte) (int, error) {
 	defer n.mu.Unlock()
 	defer func() { c.writeBlocked = false }()
 	written := 0
+	defer func() {
+		if written > 0 {
+			c.writes++
+		}
+	}()
 	for written < len(p) {
 		switch {
 		case c.closed:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -39,6 +40,28 @@ var (
 // sent, plus one chunk.
 const frameChunk = 64 << 10
 
+// checkFrameSize checks a frame's announced size before anything is
+// allocated for it.
+func checkFrameSize(n, max int32) error {
+	switch {
+	case n < 0:
+		return errNegativeLength
+	case n > max:
+		return fmt.Errorf("%w: %d > %d", ErrFrameTooLarge, n, max)
+	case n < 8: // key, version, correlation id
+		return fmt.Errorf("%w: %d bytes", ErrFrameTooSmall, n)
+	}
+	return nil
+}
+
+// growFrame makes room for more of a frame of n bytes whose first got
+// bytes are in body (nil at first).
+func growFrame(body []byte, got, n int) []byte {
+	grown := make([]byte, min(n, max(frameChunk, 2*len(body))))
+	copy(grown, body[:got])
+	return grown
+}
+
 // ReadFrame reads one size-prefixed frame. The size is checked against max
 // before anything is allocated, and the buffer grows with the bytes
 // received, not the size announced.
@@ -47,17 +70,12 @@ func ReadFrame(r io.Reader, sizeBuf []byte, max int32) ([]byte, error) {
 		return nil, err
 	}
 	n := int32(binary.BigEndian.Uint32(sizeBuf[:4]))
-	switch {
-	case n < 0:
-		return nil, errNegativeLength
-	case n > max:
-		return nil, fmt.Errorf("%w: %d > %d", ErrFrameTooLarge, n, max)
-	case n < 8: // key, version, correlation id
-		return nil, fmt.Errorf("%w: %d bytes", ErrFrameTooSmall, n)
+	if err := checkFrameSize(n, max); err != nil {
+		return nil, err
 	}
-	body := make([]byte, min(int(n), frameChunk))
-	got := 0
-	for {
+	var body []byte
+	for got := 0; got < int(n); {
+		body = growFrame(body, got, int(n))
 		m, err := io.ReadFull(r, body[got:])
 		got += m
 		if err != nil {
@@ -66,13 +84,169 @@ func ReadFrame(r io.Reader, sizeBuf []byte, max int32) ([]byte, error) {
 			}
 			return nil, err
 		}
-		if got == int(n) {
-			return body, nil
-		}
-		grown := make([]byte, min(int(n), 2*len(body)))
-		copy(grown, body[:got])
-		body = grown
 	}
+	return body, nil
+}
+
+// Read buffering of a connection. A connection waiting for a request
+// holds only a small buffer, large enough for the requests of a consumer
+// at rest (a heartbeat, a commit of a few partitions) to arrive in one
+// read, and none once it is parked. A read that fills it suggests a client
+// with more to send (pipelined requests, a produce), so the next read goes
+// into a large buffer borrowed from a pool and given back as soon as the
+// bytes it holds are consumed. A frame larger than the buffer at hand is
+// read straight into its own buffer.
+const (
+	smallReadBuffer = 512
+	largeReadBuffer = 64 << 10
+)
+
+var (
+	smallReadBuffers = sync.Pool{New: func() any { return new([smallReadBuffer]byte) }}
+	largeReadBuffers = sync.Pool{New: func() any { return new([largeReadBuffer]byte) }}
+)
+
+// frameReader reads request frames from a connection through the buffers
+// above.
+type frameReader struct {
+	rd    io.Reader
+	small *[smallReadBuffer]byte // taken when first needed, kept until release
+	large *[largeReadBuffer]byte // borrowed while it holds unread bytes
+	buf   []byte                 // small[:] or large[:]; nil before the first read
+	r, w  int                    // buf[r:w] is read from rd, not yet consumed
+	// filled is set when the last read filled the small buffer.
+	filled bool
+}
+
+func (f *frameReader) init(rd io.Reader) { f.rd = rd }
+
+func (f *frameReader) buffered() int { return f.w - f.r }
+
+// fill reads once from rd into the buffer, borrowing the large buffer
+// first if the small one is full or was filled by the last read. An error
+// is returned only if nothing was read.
+func (f *frameReader) fill() error {
+	if f.buf == nil {
+		if f.small == nil {
+			f.small = smallReadBuffers.Get().(*[smallReadBuffer]byte)
+		}
+		f.buf = f.small[:]
+	}
+	if f.r > 0 {
+		copy(f.buf, f.buf[f.r:f.w])
+		f.w -= f.r
+		f.r = 0
+	}
+	if f.large == nil && (f.filled || f.w == len(f.buf)) {
+		f.large = largeReadBuffers.Get().(*[largeReadBuffer]byte)
+		copy(f.large[:], f.buf[:f.w])
+		f.buf = f.large[:]
+	}
+	n, err := f.rd.Read(f.buf[f.w:])
+	f.w += n
+	f.filled = f.large == nil && f.w == len(f.buf)
+	if n > 0 {
+		return nil
+	}
+	f.consumed() // a failed read gives back a buffer it borrowed
+	if err == nil {
+		err = io.ErrNoProgress
+	}
+	return err
+}
+
+// consumed gives the large buffer back once it holds nothing unread.
+func (f *frameReader) consumed() {
+	if f.r < f.w {
+		return
+	}
+	f.r, f.w = 0, 0
+	if f.large != nil {
+		largeReadBuffers.Put(f.large)
+		f.large = nil
+		f.buf = f.small[:]
+	}
+}
+
+// frameBuffered reports whether a whole frame is in the buffer.
+func (f *frameReader) frameBuffered() bool {
+	if f.buffered() < 4 {
+		return false
+	}
+	size := int32(binary.BigEndian.Uint32(f.buf[f.r:]))
+	return size >= 0 && int(size) <= f.buffered()-4
+}
+
+// readFrame reads the next frame, like ReadFrame: the size is checked
+// against max first, and the frame's buffer grows with the bytes received.
+// The frame is a buffer of its own, since a request may keep slices of it.
+func (f *frameReader) readFrame(max int32) ([]byte, error) {
+	for f.buffered() < 4 {
+		if err := f.fill(); err != nil {
+			if err == io.EOF && f.buffered() > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	n := int32(binary.BigEndian.Uint32(f.buf[f.r:]))
+	if err := checkFrameSize(n, max); err != nil {
+		return nil, err
+	}
+	f.r += 4
+	if int(n) <= f.buffered() {
+		body := make([]byte, n)
+		f.r += copy(body, f.buf[f.r:f.w])
+		f.consumed()
+		return body, nil
+	}
+	var body []byte
+	got := 0
+	for got < int(n) {
+		if got == len(body) {
+			body = growFrame(body, got, int(n))
+		}
+		if f.buffered() > 0 {
+			m := copy(body[got:], f.buf[f.r:f.w])
+			f.r += m
+			got += m
+			f.consumed()
+			continue
+		}
+		var err error
+		if int(n)-got >= len(f.buf) {
+			// More than a buffer's worth is missing: read it in place.
+			var m int
+			m, err = f.rd.Read(body[got:])
+			got += m
+			if m > 0 {
+				err = nil
+			} else if err == nil {
+				err = io.ErrNoProgress
+			}
+		} else {
+			err = f.fill()
+		}
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF // the frame had begun
+			}
+			return nil, err
+		}
+	}
+	return body, nil
+}
+
+// release gives back both buffers, when nothing is buffered: the
+// connection is parked or done.
+func (f *frameReader) release() {
+	f.r, f.w = 0, 0
+	f.consumed()
+	if f.small != nil {
+		smallReadBuffers.Put(f.small)
+		f.small, f.buf = nil, nil
+	}
+	f.filled = false
 }
 
 // ParseHeader reads the request header from a frame and returns it with the

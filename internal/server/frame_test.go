@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -71,4 +72,103 @@ func TestReadFrameLimits(t *testing.T) {
 	if f, err := ReadFrame(bytes.NewReader(ok), size[:], 1000); err != nil || len(f) != 8 {
 		t.Fatalf("frame: %v %d", err, len(f))
 	}
+}
+
+// chunkReader gives its bytes at most step at a time, then io.EOF.
+type chunkReader struct {
+	b    []byte
+	step int
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), r.step)], r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+
+// sized prefixes each body with its size.
+func sized(bodies ...[]byte) []byte {
+	var b []byte
+	for _, body := range bodies {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(body)))
+		b = append(b, body...)
+	}
+	return b
+}
+
+func TestFrameReaderBorrowsTheLargeBufferForABurstOnly(t *testing.T) {
+	var bodies [][]byte
+	for i := range 100 {
+		bodies = append(bodies, bytes.Repeat([]byte{byte(i)}, 300))
+	}
+	in := sized(bodies...)
+	// A heartbeat's worth first, then the burst, then a frame larger
+	// than the large buffer.
+	in = append(sized(bytes.Repeat([]byte{7}, 100)), in...)
+	huge := bytes.Repeat([]byte{9}, largeReadBuffer*3)
+	in = append(in, sized(huge)...)
+	want := append(append([][]byte{bytes.Repeat([]byte{7}, 100)}, bodies...), huge)
+
+	var f frameReader
+	f.init(&chunkReader{b: in, step: 1 << 20})
+	borrowed := false
+	for i, w := range want {
+		got, err := f.readFrame(1 << 20)
+		if err != nil || !bytes.Equal(got, w) {
+			t.Fatalf("frame %d: %v, %d bytes, equal=%v", i, err, len(got), bytes.Equal(got, w))
+		}
+		borrowed = borrowed || f.large != nil
+		if f.buffered() == 0 && f.large != nil {
+			t.Fatalf("frame %d: large buffer held with nothing buffered", i)
+		}
+	}
+	if !borrowed {
+		t.Fatal("a burst of pipelined frames was read through the small buffer")
+	}
+	if _, err := f.readFrame(1 << 20); err != io.EOF {
+		t.Fatalf("after the last frame: %v, want EOF", err)
+	}
+	if f.large != nil {
+		t.Fatal("large buffer held at the end")
+	}
+}
+
+// FuzzFrameReader checks the connection's buffered frame reader against
+// ReadFrame: the same frames and the same error from the same bytes,
+// whatever sizes the reads come in, and no large buffer held once the
+// bytes read are consumed.
+func FuzzFrameReader(f *testing.F) {
+	f.Add(sized([]byte("12345678"), bytes.Repeat([]byte{1}, 700), []byte("abcdefghi")), uint16(3))
+	f.Add(sized(bytes.Repeat([]byte{2}, 2000)), uint16(511))
+	f.Add(append(sized([]byte("12345678")), 0xff, 0xff, 0xff, 0xff), uint16(600))
+	f.Add(append(sized([]byte("12345678")), 0, 0, 0, 3, 1, 2, 3), uint16(1))
+	f.Add(append(sized([]byte("12345678")), 0, 1, 0, 0, 1, 2), uint16(4096))
+	f.Add([]byte{0, 0}, uint16(1))
+	f.Fuzz(func(t *testing.T, in []byte, step uint16) {
+		step = max(step, 1)
+		const max = 64 << 10
+		var size [4]byte
+		ref := &chunkReader{b: in, step: int(step)}
+		var fr frameReader
+		fr.init(&chunkReader{b: in, step: int(step)})
+		for i := 0; ; i++ {
+			want, wantErr := ReadFrame(ref, size[:], max)
+			got, err := fr.readFrame(max)
+			if (wantErr == nil) != (err == nil) || wantErr != nil && wantErr.Error() != err.Error() {
+				t.Fatalf("frame %d: error %v, want %v", i, err, wantErr)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("frame %d: %x, want %x", i, got, want)
+			}
+			if fr.buffered() == 0 && fr.large != nil {
+				t.Fatalf("frame %d: large buffer held with nothing buffered", i)
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
 }

@@ -5,11 +5,21 @@
 // Requests on one connection may be pipelined. As in Kafka, they are
 // handled one at a time in the order they arrived (an idempotent producer's
 // pipelined batches must be appended in order), while earlier replies are
-// written concurrently. Each connection has two goroutines: one reads and
-// handles requests, one writes replies. Handling on the reading goroutine
-// saves a hand-off per request; it stops reading ahead only while a request
-// blocks (a long-polling fetch), when the next request could not be handled
-// anyway.
+// written concurrently. A connection's goroutine reads and handles its
+// requests, which saves a hand-off per request; it stops reading ahead only
+// while a request blocks (a long-polling fetch), when the next request
+// could not be handled anyway. It also writes a reply itself when nothing
+// waits to be written ahead of it, waiting for it first if the wait is
+// brief and the client has sent nothing further: a member with one request
+// in flight costs no other goroutine. Replies that wait while the
+// connection reads on go to a writer goroutine that lives while they do.
+// Between requests a connection holds a 512-byte read buffer and nothing
+// else: larger read buffers and reply buffers come from pools while there
+// is traffic. A connection with nothing in flight for DefaultParkAfter
+// parks (on Linux): it gives up its goroutine and its read buffer, and a
+// poller starts a goroutine for it when its next request arrives, so a
+// consumer heartbeating every few seconds costs its socket and little
+// more.
 //
 // The edge defends itself: connections over MaxConnections are closed as
 // soon as they are accepted; failing accepts (out of file descriptors) are
@@ -26,6 +36,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -36,6 +47,16 @@ type Request struct {
 	Header Header
 	Msg    kmsg.Request
 	Remote net.Addr
+	// Conn identifies the connection the request came on; no two
+	// connections of a Server share it.
+	Conn uint64
+}
+
+// ConnCloser is implemented by a Handler that keeps state per connection
+// (fetch sessions): ConnClosed is called once when connection conn has
+// closed, after its last request was handled.
+type ConnCloser interface {
+	ConnClosed(conn uint64)
 }
 
 // Handler answers requests. Implementations must be safe for concurrent use.
@@ -67,7 +88,9 @@ type Waiter interface {
 // flush earlier replies before such a wait: they go out with this reply a
 // moment later, in one write, which is what lets a connection's pipelined
 // commits share syscalls. Before any other wait (a JoinGroup parked until
-// the group's other members join) earlier replies are flushed first.
+// the group's other members join) earlier replies are flushed first. With
+// no reply ahead of it and no further request received, the reading
+// goroutine waits for a brief reply itself.
 type Brief interface {
 	Brief() bool
 }
@@ -136,6 +159,14 @@ type Server struct {
 	now   func() time.Time
 	sleep func(time.Duration)
 
+	// parkAfter is how long an idle connection keeps its goroutine
+	// (park.go); tests shorten it. The poller is made when a connection
+	// first parks; pollerFailed is set when it cannot be, or fails.
+	parkAfter    time.Duration
+	pollerOnce   sync.Once
+	poll         poller
+	pollerFailed atomic.Bool
+
 	// ctx is cancelled when shutdown begins, so that handlers parked on a
 	// long poll (a fetch at the log end) return early.
 	ctx    context.Context
@@ -150,6 +181,9 @@ type Server struct {
 	conns     map[*conn]struct{}
 	closing   bool
 	wg        sync.WaitGroup
+
+	// lastConnID is the id of the connection accepted last (under mu).
+	lastConnID uint64
 }
 
 // New returns a Server; call Serve with a listener to start it.
@@ -178,6 +212,7 @@ func New(cfg Config) *Server {
 		log:       cfg.Logger,
 		obs:       cfg.Observer,
 		now:       time.Now,
+		parkAfter: DefaultParkAfter,
 		ctx:       ctx,
 		cancel:    cancel,
 		listeners: make(map[net.Listener]struct{}),
@@ -255,6 +290,8 @@ func (s *Server) admit(nc net.Conn) error {
 		return nil
 	}
 	c := newConn(s, nc)
+	s.lastConnID++
+	c.id = s.lastConnID
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -269,6 +306,37 @@ func (s *Server) isClosing() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.closing
+}
+
+// poller returns the poller of parked connections, or nil if connections
+// cannot park.
+func (s *Server) poller() poller {
+	if s.pollerFailed.Load() {
+		return nil
+	}
+	s.pollerOnce.Do(func() {
+		p, err := newPoller(s)
+		if err != nil {
+			if !errors.Is(err, errNotParkable) {
+				s.log.Warn("idle connections keep their goroutines", "err", err)
+			}
+			s.pollerFailed.Store(true)
+			return
+		}
+		s.poll = p
+	})
+	if s.pollerFailed.Load() {
+		return nil
+	}
+	return s.poll
+}
+
+// closePoller stops the poller once no connection is left.
+func (s *Server) closePoller() {
+	s.pollerOnce.Do(func() {}) // none made after this
+	if s.poll != nil {
+		s.poll.close()
+	}
 }
 
 // sleepUnlessClosing waits d, or less if shutdown begins.
@@ -302,6 +370,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	go func() { s.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		s.closePoller()
 		return nil
 	case <-ctx.Done():
 		s.mu.Lock()
@@ -310,6 +379,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		<-done
+		s.closePoller()
 		return ctx.Err()
 	}
 }
