@@ -163,43 +163,48 @@ func (m *cgMember) sent() {
 }
 
 // apply takes a heartbeat response as a client does and reports whether
-// the member's assignment changed.
-func (m *cgMember) apply(resp *kmsg.ConsumerGroupHeartbeatResponse, topicID [16]byte) (bool, error) {
+// the member's assignment changed and how many partitions it gave up.
+func (m *cgMember) apply(resp *kmsg.ConsumerGroupHeartbeatResponse, topicID [16]byte) (changed bool, revoked int, err error) {
 	if resp.ErrorCode != 0 {
 		msg := ""
 		if resp.ErrorMessage != nil {
 			msg = *resp.ErrorMessage
 		}
-		return false, fmt.Errorf("member %s at epoch %d: error %d %s", m.id, m.sentEpoch, resp.ErrorCode, msg)
+		return false, 0, fmt.Errorf("member %s at epoch %d: error %d %s", m.id, m.sentEpoch, resp.ErrorCode, msg)
 	}
 	if !m.joined {
 		if resp.MemberID == nil || *resp.MemberID != m.id {
-			return false, fmt.Errorf("member %s joined as %v", m.id, resp.MemberID)
+			return false, 0, fmt.Errorf("member %s joined as %v", m.id, resp.MemberID)
 		}
 		m.joined = true
 	}
 	if resp.MemberEpoch < m.epoch {
-		return false, fmt.Errorf("member %s: epoch went back from %d to %d", m.id, m.epoch, resp.MemberEpoch)
+		return false, 0, fmt.Errorf("member %s: epoch went back from %d to %d", m.id, m.epoch, resp.MemberEpoch)
 	}
 	m.epoch = resp.MemberEpoch
 	if resp.Assignment == nil {
-		return false, nil
+		return false, 0, nil
 	}
 	parts := []int32{}
 	for _, t := range resp.Assignment.Topics {
 		if t.TopicID != topicID {
-			return false, fmt.Errorf("member %s assigned topic id %x, want %x", m.id, t.TopicID, topicID)
+			return false, 0, fmt.Errorf("member %s assigned topic id %x, want %x", m.id, t.TopicID, topicID)
 		}
 		parts = append(parts, t.Partitions...)
 	}
 	slices.Sort(parts)
 	if slices.Equal(parts, m.owned) {
-		return false, nil
+		return false, 0, nil
 	}
 	// Revoke what is gone, take what is new, and tell the server on the
 	// next heartbeat.
+	for _, p := range m.owned {
+		if _, kept := slices.BinarySearch(parts, p); !kept {
+			revoked++
+		}
+	}
 	m.owned, m.tell = parts, true
-	return true, nil
+	return true, revoked, nil
 }
 
 // ack updates whether the member has acknowledged the target epoch: it
@@ -230,16 +235,22 @@ func (p *progress) add(members, parts int) uint64 {
 
 func progressOf(members, parts int) uint64 { return uint64(members)<<32 | uint64(parts) }
 
+// convergence is what one convergence took.
+type convergence struct {
+	took  time.Duration // from the first request to the answer that completed it
+	beats int           // requests sent, joins and leaves included
+	moved int           // partitions members gave up
+}
+
 // converge drives every member, joining those that have not joined, each
 // with one heartbeat in flight, until all have acknowledged target with
-// every partition owned. It returns the time from the first request to the
-// answer that completed the convergence, and the heartbeats sent.
-func (s *cgSide) converge(target int32) (time.Duration, int, error) {
+// every partition owned.
+func (s *cgSide) converge(target int32) (convergence, error) {
 	var (
-		prog  progress
-		done  atomic.Bool
-		end   time.Time
-		beats atomic.Int64
+		prog         progress
+		done         atomic.Bool
+		end          time.Time
+		beats, moved atomic.Int64
 	)
 	want := progressOf(len(s.members), cgPartitions)
 	byConn := make([][]*cgMember, len(s.conns))
@@ -289,9 +300,12 @@ func (s *cgSide) converge(target int32) (time.Duration, int, error) {
 			}
 			m := inflight[0]
 			inflight = inflight[1:]
-			changed, err := m.apply(resp.(*kmsg.ConsumerGroupHeartbeatResponse), s.topicID)
+			changed, revoked, err := m.apply(resp.(*kmsg.ConsumerGroupHeartbeatResponse), s.topicID)
 			if err != nil {
 				return err
+			}
+			if revoked > 0 {
+				moved.Add(int64(revoked))
 			}
 			if dm, dp := m.ack(target, changed); (dm != 0 || dp != 0) && prog.add(dm, dp) == want {
 				if done.CompareAndSwap(false, true) {
@@ -313,10 +327,10 @@ func (s *cgSide) converge(target int32) (time.Duration, int, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, 0, err
+		return convergence{}, err
 	}
 	s.epoch = target
-	return end.Sub(start), int(beats.Load()), s.checkConverged()
+	return convergence{end.Sub(start), int(beats.Load()), int(moved.Load())}, s.checkConverged()
 }
 
 // checkConverged checks what the members own (every partition, once) and
@@ -408,7 +422,7 @@ func formConsumerGroup(b *testing.B, t benchTarget) *cgSide {
 			if err != nil {
 				return err
 			}
-			if _, err := m.apply(resp.(*kmsg.ConsumerGroupHeartbeatResponse), s.topicID); err != nil {
+			if _, _, err := m.apply(resp.(*kmsg.ConsumerGroupHeartbeatResponse), s.topicID); err != nil {
 				return err
 			}
 		}
@@ -420,7 +434,7 @@ func formConsumerGroup(b *testing.B, t benchTarget) *cgSide {
 	if err != nil {
 		b.Fatalf("%s: %v", t.name, err)
 	}
-	if _, _, err := s.converge(epoch); err != nil {
+	if _, err := s.converge(epoch); err != nil {
 		b.Fatalf("%s: forming the group: %v", t.name, err)
 	}
 	return s
@@ -484,48 +498,55 @@ func BenchmarkConsumerHeartbeatRate(b *testing.B) {
 // member, the new one included, has acknowledged the new target at the new
 // epoch (see cgMember.ack), with every member heartbeating as fast as the
 // load generator drives it. The new member then leaves and the group
-// converges again, unmeasured, before the next round. It reports
-// milliseconds per convergence on each side and groupd/kfake (below 1
-// means groupd is faster), and the heartbeats each side took.
+// converges again, unmeasured, before the next round; each operation is
+// benchRounds rounds. It reports milliseconds per convergence on each side
+// and groupd/kfake (below 1 means groupd is faster), and per convergence
+// the requests each side took (-hb) and the partitions that changed owner
+// (-moved).
 func BenchmarkConsumerConverge(b *testing.B) {
 	targets := consumerBenchTargets(b)
 	sides := make(map[string]*cgSide)
 	for _, t := range targets {
 		sides[t.name] = formConsumerGroup(b, t)
 	}
-	elapsed := make(map[string]time.Duration)
-	beats := make(map[string]int)
+	total := make(map[string]convergence)
 	b.ResetTimer()
 	b.StopTimer()
-	for i := range b.N {
-		for _, t := range inOrder(targets, i) {
+	rounds := b.N * benchRounds
+	for round := range rounds {
+		for _, t := range inOrder(targets, round) {
 			s := sides[t.name]
-			joiner := newCGMember(fmt.Sprintf("joiner-%04d", i), i%cgConns)
+			joiner := newCGMember(fmt.Sprintf("joiner-%04d", round), round%cgConns)
 			s.members = append(s.members, joiner)
 			runtime.GC()
 			b.StartTimer()
-			d, n, err := s.converge(s.epoch + 1)
+			c, err := s.converge(s.epoch + 1)
 			b.StopTimer()
 			if err != nil {
 				b.Fatalf("%s: after a join: %v", t.name, err)
 			}
-			elapsed[t.name] += d
-			beats[t.name] += n
+			sum := total[t.name]
+			sum.took += c.took
+			sum.beats += c.beats
+			sum.moved += c.moved
+			total[t.name] = sum
 			if err := s.leave(joiner); err != nil {
 				b.Fatalf("%s: %v", t.name, err)
 			}
-			if _, _, err := s.converge(s.epoch + 1); err != nil {
+			if _, err := s.converge(s.epoch + 1); err != nil {
 				b.Fatalf("%s: after a leave: %v", t.name, err)
 			}
 		}
 	}
-	g := elapsed["groupd"].Seconds() * 1000 / float64(b.N)
-	k := elapsed["kfake"].Seconds() * 1000 / float64(b.N)
-	b.ReportMetric(g, "groupd-ms")
-	b.ReportMetric(k, "kfake-ms")
-	b.ReportMetric(g/k, "ratio")
-	b.ReportMetric(float64(beats["groupd"])/float64(b.N), "groupd-hb")
-	b.ReportMetric(float64(beats["kfake"])/float64(b.N), "kfake-hb")
+	per := func(v float64) float64 { return v / float64(rounds) }
+	g, k := total["groupd"], total["kfake"]
+	b.ReportMetric(per(g.took.Seconds()*1000), "groupd-ms")
+	b.ReportMetric(per(k.took.Seconds()*1000), "kfake-ms")
+	b.ReportMetric(g.took.Seconds()/k.took.Seconds(), "ratio")
+	b.ReportMetric(per(float64(g.beats)), "groupd-hb")
+	b.ReportMetric(per(float64(k.beats)), "kfake-hb")
+	b.ReportMetric(per(float64(g.moved)), "groupd-moved")
+	b.ReportMetric(per(float64(k.moved)), "kfake-moved")
 }
 
 // leave takes a member out of the group with epoch -1 and drops it.
