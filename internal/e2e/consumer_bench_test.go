@@ -102,7 +102,6 @@ type cgMember struct {
 
 // cgSide is one server's group and the connections its members use.
 type cgSide struct {
-	name    string
 	ctl     *benchConn
 	conns   []*benchConn
 	topicID [16]byte
@@ -129,10 +128,10 @@ func (m *cgMember) request(topicID [16]byte) prepared {
 	}
 	if m.tell {
 		req := cgHeartbeat(m.id, m.epoch)
-		t := kmsg.NewConsumerGroupHeartbeatRequestTopic()
-		t.TopicID, t.Partitions = topicID, slices.Clone(m.owned)
-		req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+		req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{} // owns nothing
 		if len(m.owned) > 0 {
+			t := kmsg.NewConsumerGroupHeartbeatRequestTopic()
+			t.TopicID, t.Partitions = topicID, slices.Clone(m.owned)
 			req.Topics = append(req.Topics, t)
 		}
 		return prepared{req, requestFrame(req, 0)}
@@ -238,7 +237,7 @@ func progressOf(members, parts int) uint64 { return uint64(members)<<32 | uint64
 // convergence is what one convergence took.
 type convergence struct {
 	took  time.Duration // from the first request to the answer that completed it
-	beats int           // requests sent, joins and leaves included
+	beats int           // requests sent, joins included
 	moved int           // partitions members gave up
 }
 
@@ -351,17 +350,10 @@ func (s *cgSide) checkConverged() error {
 	if i := slices.Index(seen, ""); i >= 0 {
 		return fmt.Errorf("partition %d owned by no member", i)
 	}
-	req := kmsg.NewPtrConsumerGroupDescribeRequest()
-	req.Groups = []string{cgGroup}
-	resp, err := s.ctl.do(req)
+	g, err := s.describe()
 	if err != nil {
 		return err
 	}
-	gs := resp.(*kmsg.ConsumerGroupDescribeResponse).Groups
-	if len(gs) != 1 || gs[0].ErrorCode != 0 {
-		return fmt.Errorf("describe %s: %+v", cgGroup, gs)
-	}
-	g := gs[0]
 	if g.State != "Stable" || g.Epoch != s.epoch || g.AssignmentEpoch != s.epoch || len(g.Members) != len(s.members) {
 		return fmt.Errorf("group %s %s at epoch %d (target %d) with %d members; want Stable at %d with %d",
 			cgGroup, g.State, g.Epoch, g.AssignmentEpoch, len(g.Members), s.epoch, len(s.members))
@@ -374,26 +366,26 @@ func (s *cgSide) checkConverged() error {
 	return nil
 }
 
-// describeEpoch returns the group's epoch as the server says.
-func (s *cgSide) describeEpoch() (int32, error) {
+// describe asks the server about the group.
+func (s *cgSide) describe() (kmsg.ConsumerGroupDescribeResponseGroup, error) {
 	req := kmsg.NewPtrConsumerGroupDescribeRequest()
 	req.Groups = []string{cgGroup}
 	resp, err := s.ctl.do(req)
 	if err != nil {
-		return 0, err
+		return kmsg.ConsumerGroupDescribeResponseGroup{}, err
 	}
 	gs := resp.(*kmsg.ConsumerGroupDescribeResponse).Groups
 	if len(gs) != 1 || gs[0].ErrorCode != 0 {
-		return 0, fmt.Errorf("describe %s: %+v", cgGroup, gs)
+		return kmsg.ConsumerGroupDescribeResponseGroup{}, fmt.Errorf("describe %s: %+v", cgGroup, gs)
 	}
-	return gs[0].Epoch, nil
+	return gs[0], nil
 }
 
 // formConsumerGroup joins cgMembers members to the server's group and
 // drives them until the group is stable.
 func formConsumerGroup(b *testing.B, t benchTarget) *cgSide {
 	b.Helper()
-	s := &cgSide{name: t.name, ctl: dialBench(b, t.addr), conns: dialBenchN(b, t.addr, cgConns)}
+	s := &cgSide{ctl: dialBench(b, t.addr), conns: dialBenchN(b, t.addr, cgConns)}
 	s.ctl.arm()
 	s.topicID = topicIDOf(b, t.addr, cgTopic)
 	for i := range cgMembers {
@@ -430,11 +422,11 @@ func formConsumerGroup(b *testing.B, t benchTarget) *cgSide {
 	}); err != nil {
 		b.Fatalf("%s: %v", t.name, err)
 	}
-	epoch, err := s.describeEpoch()
+	g, err := s.describe()
 	if err != nil {
 		b.Fatalf("%s: %v", t.name, err)
 	}
-	if _, err := s.converge(epoch); err != nil {
+	if _, err := s.converge(g.Epoch); err != nil {
 		b.Fatalf("%s: forming the group: %v", t.name, err)
 	}
 	return s
