@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -236,56 +237,80 @@ func progressOf(members, parts int) uint64 { return uint64(members)<<32 | uint64
 
 // convergence is what one convergence took.
 type convergence struct {
-	took  time.Duration // from the first request to the answer that completed it
-	beats int           // requests sent, joins included
+	took  time.Duration // from the first join to the answer that completed it
+	beats int           // requests sent in that time
 	moved int           // partitions members gave up
 }
 
-// converge drives every member, joining those that have not joined, each
-// with one heartbeat in flight, until all have acknowledged target with
-// every partition owned.
+// converge drives every member, each with one heartbeat in flight, until
+// all have acknowledged target with every partition owned. Members that
+// have not joined join once the others are heartbeating (every joined
+// member has sent a heartbeat, on average), as a newcomer joins a group
+// that is already running; the convergence is timed from the first join,
+// or from the start if everyone is joined or joining.
 func (s *cgSide) converge(target int32) (convergence, error) {
 	var (
 		prog         progress
 		done         atomic.Bool
-		end          time.Time
+		start, end   time.Time
 		beats, moved atomic.Int64
+		startOnce    sync.Once
+		startBeats   int64 // requests sent before the clock started
 	)
 	want := progressOf(len(s.members), cgPartitions)
 	byConn := make([][]*cgMember, len(s.conns))
+	joinedCount := 0
 	for _, m := range s.members {
 		m.acked, m.ackedParts = false, 0
 		byConn[m.conn] = append(byConn[m.conn], m)
+		if m.joined {
+			joinedCount++
+		}
 	}
-	// Those joining go first on their connections.
-	for _, ms := range byConn {
-		slices.SortStableFunc(ms, func(a, b *cgMember) int {
-			if a.joined == b.joined {
-				return 0
-			}
-			if !a.joined {
-				return -1
-			}
-			return 1
-		})
+	warm := int64(joinedCount)
+	if joinedCount == len(s.members) {
+		warm = 0
 	}
 	armAll(s.conns)
-	start := time.Now()
+	begin := time.Now()
 	_, err := parallel(s.conns, func(ci int, c *benchConn) error {
-		var inflight []*cgMember
-		n := 0
+		var inflight, joining []*cgMember
 		send := func(m *cgMember) error {
 			err := c.sendPrepared(m.request(s.topicID))
 			m.sent()
 			inflight = append(inflight, m)
-			n++
+			beats.Add(1)
 			return err
 		}
-		defer func() { beats.Add(int64(n)) }()
+		// join sends the joins held back, once the group is warm, and
+		// starts the clock.
+		join := func() error {
+			if len(joining) == 0 || (len(inflight) > 0 && beats.Load() < warm) {
+				return nil
+			}
+			startOnce.Do(func() { start, startBeats = time.Now(), beats.Load() })
+			for _, m := range joining {
+				if err := send(m); err != nil {
+					return err
+				}
+			}
+			joining = nil
+			return c.flush()
+		}
 		for _, m := range byConn[ci] {
+			if !m.joined && warm > 0 {
+				joining = append(joining, m)
+				continue
+			}
 			if err := send(m); err != nil {
 				return err
 			}
+		}
+		if warm == 0 {
+			startOnce.Do(func() { start = begin })
+		}
+		if err := join(); err != nil {
+			return err
 		}
 		for len(inflight) > 0 {
 			if c.r.Buffered() == 0 {
@@ -314,12 +339,15 @@ func (s *cgSide) converge(target int32) (convergence, error) {
 			if done.Load() {
 				continue // drain what is in flight
 			}
-			if time.Since(start) > cgConvergeLimit {
+			if time.Since(begin) > cgConvergeLimit {
 				v := prog.v.Load()
 				return fmt.Errorf("not converged to epoch %d after %v: %d of %d members acknowledged, owning %d partitions",
 					target, cgConvergeLimit, v>>32, len(s.members), uint32(v))
 			}
 			if err := send(m); err != nil {
+				return err
+			}
+			if err := join(); err != nil {
 				return err
 			}
 		}
@@ -329,7 +357,7 @@ func (s *cgSide) converge(target int32) (convergence, error) {
 		return convergence{}, err
 	}
 	s.epoch = target
-	return convergence{end.Sub(start), int(beats.Load()), int(moved.Load())}, s.checkConverged()
+	return convergence{end.Sub(start), int(beats.Load() - startBeats), int(moved.Load())}, s.checkConverged()
 }
 
 // checkConverged checks what the members own (every partition, once) and
@@ -486,10 +514,11 @@ func BenchmarkConsumerHeartbeatRate(b *testing.B) {
 }
 
 // BenchmarkConsumerConverge measures how long a stable group of cgMembers
-// takes to converge after one more member joins: from the join until every
-// member, the new one included, has acknowledged the new target at the new
-// epoch (see cgMember.ack), with every member heartbeating as fast as the
-// load generator drives it. The new member then leaves and the group
+// takes to converge after one more member joins: from the join, sent once
+// the others are heartbeating, until every member, the new one included,
+// has acknowledged the new target at the new epoch (see cgMember.ack),
+// with every member heartbeating as fast as the load generator drives it.
+// The new member then leaves and the group
 // converges again, unmeasured, before the next round; each operation is
 // benchRounds rounds. It reports milliseconds per convergence on each side
 // and groupd/kfake (below 1 means groupd is faster), and per convergence
