@@ -44,6 +44,11 @@ func StartEmbedded(cfg Config) (*Embedded, error) {
 	gc.InitialRebalanceDelay = -1
 	// Short sessions can be tried; clients still ask for their own.
 	gc.MinSessionTimeout = min(time.Second, cfg.SessionTimeout)
+	// Consumer-protocol members get their session and heartbeat interval
+	// from the broker, so the lab's knobs are the broker's here, or
+	// the consumer rows would run on Kafka's 45 s and 5 s.
+	gc.Consumer.SessionTimeout = cfg.SessionTimeout
+	gc.Consumer.HeartbeatInterval = cfg.HeartbeatInterval
 	a, err := app.Start(app.Config{
 		Listen:             "127.0.0.1:0",
 		HTTPListen:         "127.0.0.1:0",
