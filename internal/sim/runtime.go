@@ -139,6 +139,13 @@ func (r *runtimeCoord) restart() {
 	r.open("restart")
 }
 
+func (r *runtimeCoord) topicsChanged() {
+	if r.up {
+		r.cur.co.TopicsChanged()
+		r.cur.settle()
+	}
+}
+
 func (r *runtimeCoord) close() {
 	if r.up {
 		r.cur.kill()
@@ -161,7 +168,7 @@ func (r *runtimeCoord) open(why string) {
 	in.st = st
 	in.gate = &gatedStore{in: in, st: st}
 	r.cur, r.up = in, true
-	in.co = coord.New(coord.Config{
+	cfg := coord.Config{
 		Shards: 1,
 		Store:  in.gate,
 		Clock:  simClock{in},
@@ -171,7 +178,13 @@ func (r *runtimeCoord) open(why string) {
 			NewMemberID:           memberIDs(r.inc),
 		},
 		Hooks: in.hooks(),
-	})
+	}
+	if w.opts.Mix != MixClassic {
+		cfg.Group.Consumer = w.consumerConfig(r.inc)
+		// Read by the shard while the simulation waits for it.
+		cfg.Topics = w.brokerTopics
+	}
+	in.co = coord.New(cfg)
 	in.settle()
 }
 
@@ -609,17 +622,7 @@ func (g *gatedStore) Apply(recs []group.Record) error {
 	in := g.in
 	r := in.r
 	w := r.w
-	apply := recs
-	if b := w.opts.Bugs; b.DropOffsetRecords || b.DropGroupRecords {
-		apply = nil
-		for _, rec := range recs {
-			if b.DropOffsetRecords && rec.Type == group.RecordOffsetCommit ||
-				b.DropGroupRecords && rec.Type == group.RecordGroupMetadata {
-				continue
-			}
-			apply = append(apply, rec)
-		}
-	}
+	apply := w.opts.Bugs.filter(recs)
 	r.faults.Arm(v.fail)
 	err := g.st.Apply(apply)
 	r.faults.Arm(0)
