@@ -197,15 +197,15 @@ type world struct {
 	reqSeq uint64
 	readID group.RequestID // ids of the checkers' read-only requests
 
-	p      params
-	cp     cparams
+	p  params
+	cp cparams
 	// topicIDs names the broker's topics by id (consumer groups').
 	topicIDs map[consumer.TopicID]string
-	groups []*groupSpec
-	procs  []*process
-	coord  backend
-	chk    *checker
-	stats  Stats
+	groups   []*groupSpec
+	procs    []*process
+	coord    backend
+	chk      *checker
+	stats    Stats
 
 	quiet    bool
 	quietAt  time.Time
