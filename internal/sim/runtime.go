@@ -79,7 +79,10 @@ type incarnation struct {
 	r    *runtimeCoord
 	why  string
 	dead atomic.Bool
-	hung bool
+	// loading is set from the start of a load (at start, and after a
+	// failed write) until the shard has a machine.
+	loading atomic.Bool
+	hung    bool
 	act  *activity
 	st   *store.Pebble
 	gate *gatedStore
@@ -157,6 +160,7 @@ func (r *runtimeCoord) close() {
 func (r *runtimeCoord) open(why string) {
 	w := r.w
 	in := &incarnation{r: r, why: why, act: newActivity(), from: map[kmsg.Request]*process{}}
+	in.loading.Store(true)
 	st, err := store.OpenPebble("coordinator", store.Options{
 		Shards: 1, Sync: true, ManualFold: true, DisableCompactions: true,
 		FS: errorfs.Wrap(r.disk, &r.faults),
@@ -453,6 +457,9 @@ func (in *incarnation) hooks() coord.Hooks {
 				if reload {
 					why = "reload after failed write"
 				}
+				if m != nil {
+					in.loading.Store(false)
+				}
 				if m == nil {
 					// The shard answers LOAD_IN_PROGRESS and
 					// retries after a backoff.
@@ -611,6 +618,18 @@ func (g *gatedStore) Close() error { return nil }
 func (g *gatedStore) Shards() int { return g.st.Shards() }
 
 func (g *gatedStore) Apply(recs []group.Record) error {
+	if in := g.in; in.loading.Load() {
+		// A load's own write (records its replay produced) runs on
+		// the shard's loop, which cannot take the wake-up of a request
+		// that arrives meanwhile: held at the gate, it would keep the
+		// runtime busy for ever. It goes through at once, unfaulted,
+		// while the simulation waits for the load.
+		if in.dead.Load() {
+			return errCrashed
+		}
+		in.guard(func() { in.r.w.count("run.store-write-at-load") })
+		return g.st.Apply(in.r.w.opts.Bugs.filter(recs))
+	}
 	c := &gatedCall{recs: recs, proceed: make(chan verdict, 1)}
 	if !g.hold(c) {
 		return errCrashed
@@ -642,6 +661,8 @@ func (g *gatedStore) Apply(recs []group.Record) error {
 			in.lie = true
 			return nil
 		}
+		// The shard reloads after a failed write.
+		in.loading.Store(true)
 		return err
 	}
 	if v.crashAfter {
