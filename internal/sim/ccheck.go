@@ -183,13 +183,13 @@ func (c *checker) afterConsumer(out group.Output) {
 // records were durable, and a coordinator's memory only moves on from
 // what is durable; so a member ahead of it saw an epoch that was lost.
 func (c *checker) beforeConsumer(msg kmsg.Request) {
-	var groupID, memberID string
+	var groupID, memberID, kind string
 	var epoch int32
 	switch q := msg.(type) {
 	case *kmsg.ConsumerGroupHeartbeatRequest:
-		groupID, memberID, epoch = q.Group, q.MemberID, q.MemberEpoch
+		groupID, memberID, epoch, kind = q.Group, q.MemberID, q.MemberEpoch, "heartbeat"
 	case *kmsg.OffsetCommitRequest:
-		groupID, memberID, epoch = q.Group, q.MemberID, q.Generation
+		groupID, memberID, epoch, kind = q.Group, q.MemberID, q.Generation, "commit"
 	default:
 		return
 	}
@@ -198,8 +198,15 @@ func (c *checker) beforeConsumer(msg kmsg.Request) {
 		return
 	}
 	c.count(ckCEpoch)
-	if cur, ok := cc.mem.current(memberID); ok && cur.MemberEpoch >= 0 && epoch > cur.MemberEpoch {
+	cur, ok := cc.mem.current(memberID)
+	switch {
+	case !ok || cur.MemberEpoch < 0:
+	case epoch > cur.MemberEpoch:
 		c.fail(ckCEpoch, "consumer group %s: member %s sends epoch %d, ahead of the coordinator's %d: an epoch it was told went back", groupID, memberID, epoch, cur.MemberEpoch)
+	case epoch < cur.MemberEpoch:
+		// The reply that moved it on was lost (or is still on its
+		// way): the previous-epoch rule or fencing answers.
+		c.w.count("run.consumer-previous-epoch-" + kind)
 	}
 }
 
