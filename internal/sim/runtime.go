@@ -83,10 +83,10 @@ type incarnation struct {
 	// failed write) until the shard has a machine.
 	loading atomic.Bool
 	hung    bool
-	act  *activity
-	st   *store.Pebble
-	gate *gatedStore
-	co   *coord.Coordinator
+	act     *activity
+	st      *store.Pebble
+	gate    *gatedStore
+	co      *coord.Coordinator
 
 	// Set by the hooks, which run on the runtime's goroutines while the
 	// simulation waits for them.
