@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 
@@ -359,10 +358,4 @@ func (c *checker) compareLoaded(cc *ccheck, why string) {
 			return
 		}
 	}
-}
-
-// describeBook is a consumer group's books in one line, for traces.
-func (b cbook) String() string {
-	e, _ := b.groupEpoch()
-	return fmt.Sprintf("epoch=%d target=%d members=%v", e, b.targetEpoch(), b.members())
 }

@@ -491,7 +491,7 @@ func (p *process) withSubscription(req *kmsg.ConsumerGroupHeartbeatRequest) {
 	}
 }
 
-func ownedTopics(w *world, ts []tp) []kmsg.ConsumerGroupHeartbeatRequestTopic {
+func ownedTopics(ts []tp) []kmsg.ConsumerGroupHeartbeatRequestTopic {
 	out := []kmsg.ConsumerGroupHeartbeatRequestTopic{}
 	for _, t := range fromTPs(ts) {
 		rt := kmsg.NewConsumerGroupHeartbeatRequestTopic()
@@ -527,7 +527,7 @@ func (p *process) cHeartbeat() {
 		p.withSubscription(req)
 	}
 	if c.full || c.ackPending || p.w.chance(0.1) {
-		req.Topics = ownedTopics(p.w, c.reported)
+		req.Topics = ownedTopics(c.reported)
 	}
 	p.w.count("run.consumer-heartbeat")
 	p.cSend("cheartbeat", req)

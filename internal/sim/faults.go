@@ -313,6 +313,9 @@ func (w *world) injectFault() {
 		pick(w, live).close()
 	}
 	w.count("fault." + faultNames[k])
+	if g.consumer && k != fCoordCrash && k != fStoreFail {
+		w.count("fault.consumer-group-" + faultNames[k])
+	}
 	w.logf("fault %s group=%s", faultNames[k], g.id)
 }
 
