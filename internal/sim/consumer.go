@@ -199,6 +199,7 @@ func (w *world) injectConsumerFault() {
 		pr := pick(w, live)
 		pr.cm.subscribe(pr)
 		pr.cm.subChanged = true
+		pr.cm.subGen++
 		pr.logf("subscribes to names=%v regex=%q", pr.cm.names, pr.cm.regex)
 		pr.do(pr.kick)
 	case cfTopicGrow:
@@ -229,6 +230,7 @@ type cmember struct {
 
 	full       bool // the next heartbeat sends every field
 	subChanged bool // the next heartbeat sends the subscription
+	subGen     int  // counts subscription changes, so a reply clears subChanged only for the one its request carried
 	ackPending bool // the next heartbeat sends the owned partitions, at once
 	target     []tp // an assignment received and not reconciled yet
 	reported   []tp // what the member says it owns (Bugs.ConsumerKeepRevoked)
@@ -549,9 +551,9 @@ func (p *process) cLeave() {
 }
 
 func (p *process) cSend(kind string, req *kmsg.ConsumerGroupHeartbeatRequest) {
-	sent := slices.Clone(p.cm.reported)
+	sent, subGen := slices.Clone(p.cm.reported), p.cm.subGen
 	p.send(kind, req, func(r kmsg.Response) {
-		p.cOnHeartbeat(req, sent, r.(*kmsg.ConsumerGroupHeartbeatResponse))
+		p.cOnHeartbeat(req, sent, subGen, r.(*kmsg.ConsumerGroupHeartbeatResponse))
 	}, func() {
 		// The response may be lost: send everything again.
 		p.cm.full = true
@@ -559,7 +561,7 @@ func (p *process) cSend(kind string, req *kmsg.ConsumerGroupHeartbeatRequest) {
 	})
 }
 
-func (p *process) cOnHeartbeat(req *kmsg.ConsumerGroupHeartbeatRequest, sent []tp, resp *kmsg.ConsumerGroupHeartbeatResponse) {
+func (p *process) cOnHeartbeat(req *kmsg.ConsumerGroupHeartbeatRequest, sent []tp, subGen int, resp *kmsg.ConsumerGroupHeartbeatResponse) {
 	w := p.w
 	c := p.cm
 	switch code := resp.ErrorCode; {
@@ -600,7 +602,7 @@ func (p *process) cOnHeartbeat(req *kmsg.ConsumerGroupHeartbeatRequest, sent []t
 	if req.RebalanceTimeoutMillis != -1 {
 		c.full = false
 	}
-	if req.SubscribedTopicNames != nil || req.SubscribedTopicRegex != nil {
+	if (req.SubscribedTopicNames != nil || req.SubscribedTopicRegex != nil) && subGen == c.subGen {
 		c.subChanged = false
 	}
 	if req.Topics != nil && slices.Equal(sent, c.reported) {

@@ -145,8 +145,11 @@ func runSeeds(t *testing.T, n int, runtimeMode bool) {
 				total.Add(res.Stats)
 				events += int64(res.Events)
 				virtual += res.Virtual
-				if res.Failure != nil {
-					failures = append(failures, res.Failure)
+				if f := res.Failure; f != nil {
+					failures = append(failures, f)
+					// Streamed with -v, so a long batch names its
+					// failures as they happen.
+					t.Logf("seed %d failed: %s: %s", seed, f.Check, firstLine(f.Msg))
 				}
 				if ran%progressEvery(runtimeMode) == 0 {
 					// Streamed with -v, so a long batch shows progress.
