@@ -168,27 +168,20 @@ func (w *world) consumerConfig(inc int) consumer.Config {
 
 // injectConsumerFault injects one of the consumer-protocol faults.
 func (w *world) injectConsumerFault() {
-	total := 0
-	for _, x := range w.cp.weights {
-		total += x
-	}
 	var gs []*groupSpec
 	for _, g := range w.groups {
 		if g.consumer {
 			gs = append(gs, g)
 		}
 	}
-	if total == 0 || len(gs) == 0 {
+	if len(gs) == 0 {
 		return
 	}
-	r := w.intn(total)
-	k := cfaultKind(0)
-	for ; k < numCFaults; k++ {
-		if r < w.cp.weights[k] {
-			break
-		}
-		r -= w.cp.weights[k]
+	i, ok := w.weighted(w.cp.weights[:])
+	if !ok {
+		return
 	}
+	k := cfaultKind(i)
 	g := pick(w, gs)
 	switch k {
 	case cfSubscribe:

@@ -222,22 +222,33 @@ func (w *world) scheduleFault() {
 	})
 }
 
-func (w *world) injectFault() {
+// weighted draws an index with probability proportional to its weight;
+// false if every weight is zero (nothing is drawn then).
+func (w *world) weighted(weights []int) (int, bool) {
 	total := 0
-	for _, x := range w.p.weights {
+	for _, x := range weights {
 		total += x
 	}
 	if total == 0 {
-		return
+		return 0, false
 	}
 	r := w.intn(total)
-	k := faultKind(0)
-	for ; k < numFaults; k++ {
-		if r < w.p.weights[k] {
+	k := 0
+	for ; k < len(weights); k++ {
+		if r < weights[k] {
 			break
 		}
-		r -= w.p.weights[k]
+		r -= weights[k]
 	}
+	return k, true
+}
+
+func (w *world) injectFault() {
+	i, ok := w.weighted(w.p.weights[:])
+	if !ok {
+		return
+	}
+	k := faultKind(i)
 	g := pick(w, w.groups)
 	live := g.live()
 	switch k {
