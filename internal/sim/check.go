@@ -60,7 +60,10 @@ type gcheck struct {
 type checker struct {
 	w      *world
 	groups map[string]*gcheck
-	ids    []string
+	ids    []string // classic groups
+
+	cgroups map[string]*ccheck // consumer groups
+	cids    []string
 }
 
 func newChecker(w *world) *checker {
@@ -151,8 +154,11 @@ func (c *checker) before(ev group.Event, from *process) pre {
 	if !ok {
 		return p
 	}
+	if len(c.cids) > 0 {
+		c.beforeConsumer(req.Msg)
+	}
 	api, gid, memberID, instanceID, gen, ok := reqFields(req.Msg)
-	if !ok || c.groups[gid] == nil {
+	if !ok || c.groups[gid] == nil || c.cgroups[gid] != nil {
 		return p
 	}
 	p.reqID, p.api, p.group = req.ID, api, gid
@@ -343,6 +349,10 @@ func (c *checker) after(ev group.Event, from *process, p pre, out group.Output) 
 				gc.records[r.Metadata.Generation] = r.Metadata
 			}
 		}
+	}
+
+	if len(c.cids) > 0 {
+		c.afterConsumer(out)
 	}
 
 	for _, r := range out.Replies {
@@ -546,6 +556,7 @@ func sortedKeys[V any](m map[tp]V) []tp {
 // state noted for a group it touches is no longer what a restart gives,
 // until onSettled notes the new one.
 func (c *checker) onDurable(recs []group.Record) {
+	c.onDurableConsumer(recs)
 	for _, r := range recs {
 		gc := c.groups[r.Group]
 		if gc == nil {
@@ -636,23 +647,33 @@ func (c *checker) onLoad(why string, ids []string) {
 		if s != group.Dead && gen < gc.maxSyncGen {
 			c.fail(ckGeneration, "group %s: generation %d after %s, but members already received assignments of generation %d", id, gen, why, gc.maxSyncGen)
 		}
-		got := map[tp]int64{}
-		if s != group.Dead {
-			got = c.w.offsets(id)
-		}
-		for _, t := range sortedKeys(gc.acked) {
-			c.count(ckAckDurable)
-			if got[t] < gc.acked[t] {
-				c.fail(ckAckDurable, "group %s: %v has committed offset %d after %s, below the acknowledged %d", id, t, got[t], why, gc.acked[t])
-			}
-		}
-		if !maps.Equal(got, gc.durOffsets) {
-			c.fail(ckRestart, "group %s: offsets after %s differ from the durable ones: got %v want %v", id, why, fmtOffsets(got), fmtOffsets(gc.durOffsets))
-		}
-		gc.memOffsets = maps.Clone(gc.durOffsets)
+		c.checkOffsetsAfterLoad(id, s != group.Dead, why)
 		gc.obs = stateGen{s, gen}
 	}
 	c.checkStatic()
+	if len(c.cids) > 0 {
+		c.onLoadConsumer(why)
+	}
+}
+
+// checkOffsetsAfterLoad: every committed offset of a freshly loaded group
+// is exactly the durable one, so no acknowledged commit is lost.
+func (c *checker) checkOffsetsAfterLoad(id string, exists bool, why string) {
+	gc := c.groups[id]
+	got := map[tp]int64{}
+	if exists {
+		got = c.w.offsets(id)
+	}
+	for _, t := range sortedKeys(gc.acked) {
+		c.count(ckAckDurable)
+		if got[t] < gc.acked[t] {
+			c.fail(ckAckDurable, "group %s: %v has committed offset %d after %s, below the acknowledged %d", id, t, got[t], why, gc.acked[t])
+		}
+	}
+	if !maps.Equal(got, gc.durOffsets) {
+		c.fail(ckRestart, "group %s: offsets after %s differ from the durable ones: got %v want %v", id, why, fmtOffsets(got), fmtOffsets(gc.durOffsets))
+	}
+	gc.memOffsets = maps.Clone(gc.durOffsets)
 }
 
 func fmtOffsets(m map[tp]int64) string {

@@ -8,6 +8,7 @@ import (
 
 	coord "github.com/groupd/groupd/internal/coordinator"
 	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/group/consumer"
 	"github.com/groupd/groupd/internal/store"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -52,6 +53,10 @@ type backend interface {
 	failNextWrite(mode int)
 	// stopFaults disarms every armed fault.
 	stopFaults()
+	// topicsChanged tells the coordinator the broker's topics changed
+	// (world.brokerTopics), as the broker does when a topic is created
+	// or grows.
+	topicsChanged()
 	// machine returns the state machine that owns a group (nil if its
 	// shard has none).
 	machine(groupID string) *group.Machine
@@ -158,6 +163,9 @@ func (c *coordinator) start() {
 		InitialRebalanceDelay: c.w.p.initialDelay,
 		NewMemberID:           memberIDs(c.inc),
 	}
+	if c.w.opts.Mix != MixClassic {
+		c.cfg.Consumer = c.w.consumerConfig(c.inc)
+	}
 	c.up = true
 	c.load("start")
 }
@@ -165,6 +173,10 @@ func (c *coordinator) start() {
 // load builds a fresh machine from the store, like shard.load.
 func (c *coordinator) load(why string) {
 	c.m = group.New(c.cfg)
+	if c.w.opts.Mix != MixClassic {
+		// The topics first, as the shard loads them.
+		c.m.Step(c.w.now, group.TopicsChanged{Topics: c.w.brokerTopics()})
+	}
 	var recs []group.Record
 	if err := c.st.Load(0, func(r group.Record) error {
 		recs = append(recs, r)
@@ -221,7 +233,7 @@ func (c *coordinator) step(ev group.Event, from *process) {
 		if w.opts.Bugs.ServeStaleSync {
 			msg = w.chk.staleSync(pd, msg)
 		}
-		if w.opts.Bugs.ReplyBeforeApply {
+		if w.opts.Bugs.ReplyBeforeApply || w.opts.Bugs.ConsumerReplyBeforeApply && isConsumerHeartbeat(msg) {
 			w.release(pd, msg)
 			continue
 		}
@@ -270,18 +282,7 @@ func (c *coordinator) flush() {
 			w.count("fault.store-fail-after-write")
 			c.st.FailNextAfterWrite(errInjected)
 		}
-		apply := recs
-		if w.opts.Bugs.DropOffsetRecords || w.opts.Bugs.DropGroupRecords {
-			apply = nil
-			for _, r := range recs {
-				if w.opts.Bugs.DropOffsetRecords && r.Type == group.RecordOffsetCommit ||
-					w.opts.Bugs.DropGroupRecords && r.Type == group.RecordGroupMetadata {
-					continue
-				}
-				apply = append(apply, r)
-			}
-		}
-		err := c.st.Apply(apply)
+		err := c.st.Apply(w.opts.Bugs.filter(recs))
 		if err == nil || mode == 2 {
 			w.chk.onDurable(recs)
 			w.chk.onSettled()
@@ -375,7 +376,7 @@ func (c *coordinator) applyTimers(us []group.TimerUpdate) {
 				return
 			}
 			delete(c.timers, key)
-			if c.w.opts.Bugs.LoseSessionTimers && key.Kind == group.TimerHeartbeat {
+			if c.w.opts.Bugs.LoseSessionTimers && (key.Kind == group.TimerHeartbeat || key.Kind == consumer.TimerSession) {
 				return
 			}
 			c.w.logf("coordinator: timer %s", key)
@@ -446,9 +447,41 @@ func (w *world) dropConnections(inc int) {
 	}
 }
 
+func isConsumerHeartbeat(msg kmsg.Response) bool {
+	_, ok := msg.(*kmsg.ConsumerGroupHeartbeatResponse)
+	return ok
+}
+
+// topicsChanged steps the machine with the broker's new topics.
+func (c *coordinator) topicsChanged() {
+	if c.up {
+		c.step(group.TopicsChanged{Topics: c.w.brokerTopics()}, nil)
+	}
+}
+
+// filter applies the Drop* bugs to a store write.
+func (b Bugs) filter(recs []group.Record) []group.Record {
+	if !b.DropOffsetRecords && !b.DropGroupRecords && !b.DropConsumerRecords {
+		return recs
+	}
+	var apply []group.Record
+	for _, r := range recs {
+		if b.DropOffsetRecords && r.Type == group.RecordOffsetCommit ||
+			b.DropGroupRecords && r.Type == group.RecordGroupMetadata ||
+			b.DropConsumerRecords && r.Type.Consumer() {
+			continue
+		}
+		apply = append(apply, r)
+	}
+	return apply
+}
+
 func (c *coordinator) restart() {
 	c.w.count("run.coordinator-restart")
 	c.cfg.NewMemberID = memberIDs(c.inc)
+	if c.w.opts.Mix != MixClassic {
+		c.cfg.Consumer = c.w.consumerConfig(c.inc)
+	}
 	c.up = true
 	c.load("restart")
 }

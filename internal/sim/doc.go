@@ -1,4 +1,4 @@
-// Package sim is a deterministic simulation of classic consumer groups under
+// Package sim is a deterministic simulation of consumer groups under
 // faults, run over the real group state machine (internal/group), the real
 // in-memory store (internal/store) and the real assignors (assign).
 //
@@ -34,6 +34,18 @@
 // instance id, fencing errors for stale and unknown members, durability of
 // acknowledged offset commits, offsets that never move backward, a Stable
 // group staying Stable across a restart, and liveness once faults stop.
+//
+// Options.Mix adds consumer-protocol (KIP-848) groups (consumer.go): their
+// processes speak ConsumerGroupHeartbeat and reconcile as the Java and
+// franz-go clients do, the broker's topics grow and new ones appear
+// (TopicsChanged), and members change their subscriptions by names and by
+// regular expression. Their checkers (ccheck.go) watch that no partition
+// is held by two members, on the coordinator's books and among the
+// clients; that group, target and member epochs never go back, nor any
+// epoch a member was told, across crashes too; that a restart restores
+// exactly the durable records; and that every subscribed partition is
+// owned once the group is quiet. The classic mix replays the traces the
+// simulator had before consumer groups.
 //
 // Harness switches (Bugs) deliberately break the runtime contract so tests
 // can show that each checker actually fires.

@@ -33,6 +33,9 @@ type params struct {
 	// settleSlack is what the coordinator itself may add to the time
 	// groups need to converge once faults stop.
 	settleSlack time.Duration
+	// consumerSlack is what consumer groups' reconciliation adds to it:
+	// a few heartbeat intervals.
+	consumerSlack time.Duration
 }
 
 type faultKind int
@@ -71,6 +74,9 @@ type groupSpec struct {
 	staticP    float64
 	nextStatic int
 	procs      []*process
+	// consumer marks a consumer (KIP-848) group; its topics are the
+	// broker's and may grow.
+	consumer bool
 }
 
 // partitions returns every partition of the given topics, sorted.
@@ -133,7 +139,9 @@ func (w *world) setup() {
 	w.chk = newChecker(w)
 
 	ngroups := 1
-	if w.chance(0.3) {
+	if w.opts.Mix == MixConsumer {
+		ngroups = 0
+	} else if w.chance(0.3) {
 		ngroups = 2
 	}
 	for i := range ngroups {
@@ -153,10 +161,20 @@ func (w *world) setup() {
 		w.groups = append(w.groups, g)
 		w.chk.addGroup(g)
 	}
+	if w.opts.Mix != MixClassic {
+		w.setupConsumer()
+	}
 	w.logf("setup faultPhase=%v net=[%v,%v] slow=%.3f/%v loss=%.3f groupCommit=%v flush=%v storeFail=%.3f faultGap=%v weights=%v initialDelay=%v",
 		p.faultPhase, p.netMin, p.netMax, p.slowP, p.slowMax, p.lossP, p.groupCommit, p.flushMax, p.storeFailP, p.faultGap, p.weights, p.initialDelay)
+	if w.opts.Mix != MixClassic {
+		w.logf("consumer session=%v heartbeat=%v weights=%v", w.cp.session, w.cp.hb, w.cp.weights)
+	}
 	for _, g := range w.groups {
-		w.logf("group %s topics=%v configs=%v static=%.1f", g.id, g.topics, g.configs, g.staticP)
+		if g.consumer {
+			w.logf("consumer group %s topics=%v static=%.1f", g.id, g.topics, g.staticP)
+		} else {
+			w.logf("group %s topics=%v configs=%v static=%.1f", g.id, g.topics, g.configs, g.staticP)
+		}
 		for range 1 + w.intn(5) {
 			pr := w.newProcess(g, "")
 			w.after(w.between(0, 2*time.Second), pr.start)
@@ -175,7 +193,12 @@ func (w *world) newProcess(g *groupSpec, instanceID string) *process {
 		instanceID = fmt.Sprintf("%s-i%d", g.id, g.nextStatic)
 		g.nextStatic++
 	}
-	pr := newProcess(w, g, len(w.procs), instanceID, pick(w, g.configs))
+	var pr *process
+	if g.consumer {
+		pr = newConsumerProcess(w, g, len(w.procs), instanceID)
+	} else {
+		pr = newProcess(w, g, len(w.procs), instanceID, pick(w, g.configs))
+	}
 	w.procs = append(w.procs, pr)
 	g.procs = append(g.procs, pr)
 	w.p.maxSession = max(w.p.maxSession, pr.session)
@@ -190,27 +213,42 @@ func (w *world) scheduleFault() {
 		if w.quiet {
 			return
 		}
-		w.injectFault()
+		if w.opts.Mix != MixClassic && w.chance(0.3) {
+			w.injectConsumerFault()
+		} else {
+			w.injectFault()
+		}
 		w.scheduleFault()
 	})
 }
 
-func (w *world) injectFault() {
+// weighted draws an index with probability proportional to its weight;
+// false if every weight is zero (nothing is drawn then).
+func (w *world) weighted(weights []int) (int, bool) {
 	total := 0
-	for _, x := range w.p.weights {
+	for _, x := range weights {
 		total += x
 	}
 	if total == 0 {
-		return
+		return 0, false
 	}
 	r := w.intn(total)
-	k := faultKind(0)
-	for ; k < numFaults; k++ {
-		if r < w.p.weights[k] {
+	k := 0
+	for ; k < len(weights); k++ {
+		if r < weights[k] {
 			break
 		}
-		r -= w.p.weights[k]
+		r -= weights[k]
 	}
+	return k, true
+}
+
+func (w *world) injectFault() {
+	i, ok := w.weighted(w.p.weights[:])
+	if !ok {
+		return
+	}
+	k := faultKind(i)
 	g := pick(w, w.groups)
 	live := g.live()
 	switch k {
@@ -250,7 +288,13 @@ func (w *world) injectFault() {
 			return
 		}
 		pr := pick(w, statics)
-		pr.crash()
+		if g.consumer && w.chance(0.7) {
+			// A consumer-protocol static member restarting cleanly
+			// leaves with -2, so its next incarnation takes its place.
+			pr.close()
+		} else {
+			pr.crash()
+		}
 		w.after(w.between(0, pr.session+pr.session/2), func() {
 			if !w.quiet {
 				w.newProcess(g, pr.instanceID).start()
@@ -280,6 +324,9 @@ func (w *world) injectFault() {
 		pick(w, live).close()
 	}
 	w.count("fault." + faultNames[k])
+	if g.consumer && k != fCoordCrash && k != fStoreFail {
+		w.count("fault.consumer-group-" + faultNames[k])
+	}
 	w.logf("fault %s group=%s", faultNames[k], g.id)
 }
 
@@ -323,7 +370,7 @@ func (w *world) enterQuiet() {
 // rebalance delay can stretch an empty group's first join phase.
 func (w *world) livenessBound() time.Duration {
 	p := w.p
-	return p.maxReqTimeout + p.maxSession + 2*p.maxRebalance + 2*max(p.initialDelay, 0) + p.settleSlack + 5*time.Second
+	return p.maxReqTimeout + p.maxSession + 2*p.maxRebalance + 2*max(p.initialDelay, 0) + p.settleSlack + p.consumerSlack + 5*time.Second
 }
 
 // checkConverged polls convergence; once every group has converged it keeps
@@ -341,7 +388,7 @@ func (w *world) checkConverged() {
 	}
 	gens := map[string]int32{}
 	for _, g := range w.groups {
-		_, gens[g.id] = w.coord.machine(g.id).GroupState(g.id)
+		gens[g.id] = w.groupEpoch(g)
 	}
 	w.logf("converged")
 	w.after(w.p.maxSession+time.Second, func() {
@@ -357,7 +404,7 @@ func (w *world) checkConverged() {
 			return
 		}
 		for _, g := range w.groups {
-			if _, gen := w.coord.machine(g.id).GroupState(g.id); gen != gens[g.id] {
+			if gen := w.groupEpoch(g); gen != gens[g.id] {
 				// A fault's aftermath can still move a converged
 				// group (a member that lost a response may miss its
 				// session deadline); that is allowed within the
@@ -394,6 +441,12 @@ func (w *world) converged() (bool, string) {
 		}
 		if c.machine(g.id) == nil {
 			return false, fmt.Sprintf("group %s: its shard is loading", g.id)
+		}
+		if g.consumer {
+			if ok, why := w.consumerConverged(g, c.machine(g.id)); !ok {
+				return false, why
+			}
+			continue
 		}
 		st, gen := c.machine(g.id).GroupState(g.id)
 		if len(live) == 0 {

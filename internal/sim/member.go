@@ -132,6 +132,9 @@ type process struct {
 	committed    map[tp]int64
 	unpositioned map[tp]bool
 
+	// cm is set for a consumer-protocol (KIP-848) client (consumer.go).
+	cm *cmember
+
 	conn         *conn
 	out          *outReq
 	retry        *outReq // a commit to resend after a lost response
@@ -273,7 +276,13 @@ func (p *process) resume() {
 // expire, so that a quick restart causes no rebalance.
 func (p *process) close() {
 	p.leaving = true
-	p.sendLeave = p.instanceID == "" || p.w.chance(0.3)
+	if p.cm != nil {
+		// A consumer-protocol member leaves with -1, or a static one
+		// with -2, unless it just goes away.
+		p.sendLeave = p.instanceID == "" || p.w.chance(0.8)
+	} else {
+		p.sendLeave = p.instanceID == "" || p.w.chance(0.3)
+	}
 	p.logf("close (leave=%v)", p.sendLeave)
 	p.kick()
 }
@@ -317,6 +326,10 @@ func (p *process) kick() {
 		w.count("run.commit-retry")
 		p.logf("retry %s", r.kind)
 		p.send(r.kind, r.req, r.onResp, r.onErr)
+		return
+	}
+	if p.cm != nil {
+		p.cKick()
 		return
 	}
 	switch {
@@ -830,7 +843,7 @@ func (p *process) commit(parts []tp, then func()) {
 				p.committed[t] = max(p.committed[t], o)
 			}
 		}
-		if p.lostMembership("commit", code) {
+		if p.cm != nil && p.cOnCommitError(code) || p.cm == nil && p.lostMembership("commit", code) {
 			return
 		}
 		switch {

@@ -79,11 +79,14 @@ type incarnation struct {
 	r    *runtimeCoord
 	why  string
 	dead atomic.Bool
-	hung bool
-	act  *activity
-	st   *store.Pebble
-	gate *gatedStore
-	co   *coord.Coordinator
+	// loading is set from the start of a load (at start, and after a
+	// failed write) until the shard has a machine.
+	loading atomic.Bool
+	hung    bool
+	act     *activity
+	st      *store.Pebble
+	gate    *gatedStore
+	co      *coord.Coordinator
 
 	// Set by the hooks, which run on the runtime's goroutines while the
 	// simulation waits for them.
@@ -139,6 +142,13 @@ func (r *runtimeCoord) restart() {
 	r.open("restart")
 }
 
+func (r *runtimeCoord) topicsChanged() {
+	if r.up {
+		r.cur.co.TopicsChanged()
+		r.cur.settle()
+	}
+}
+
 func (r *runtimeCoord) close() {
 	if r.up {
 		r.cur.kill()
@@ -150,6 +160,7 @@ func (r *runtimeCoord) close() {
 func (r *runtimeCoord) open(why string) {
 	w := r.w
 	in := &incarnation{r: r, why: why, act: newActivity(), from: map[kmsg.Request]*process{}}
+	in.loading.Store(true)
 	st, err := store.OpenPebble("coordinator", store.Options{
 		Shards: 1, Sync: true, ManualFold: true, DisableCompactions: true,
 		FS: errorfs.Wrap(r.disk, &r.faults),
@@ -161,7 +172,7 @@ func (r *runtimeCoord) open(why string) {
 	in.st = st
 	in.gate = &gatedStore{in: in, st: st}
 	r.cur, r.up = in, true
-	in.co = coord.New(coord.Config{
+	cfg := coord.Config{
 		Shards: 1,
 		Store:  in.gate,
 		Clock:  simClock{in},
@@ -171,7 +182,13 @@ func (r *runtimeCoord) open(why string) {
 			NewMemberID:           memberIDs(r.inc),
 		},
 		Hooks: in.hooks(),
-	})
+	}
+	if w.opts.Mix != MixClassic {
+		cfg.Group.Consumer = w.consumerConfig(r.inc)
+		// Read by the shard while the simulation waits for it.
+		cfg.Topics = w.brokerTopics
+	}
+	in.co = coord.New(cfg)
 	in.settle()
 }
 
@@ -440,6 +457,9 @@ func (in *incarnation) hooks() coord.Hooks {
 				if reload {
 					why = "reload after failed write"
 				}
+				if m != nil {
+					in.loading.Store(false)
+				}
 				if m == nil {
 					// The shard answers LOAD_IN_PROGRESS and
 					// retries after a backoff.
@@ -598,6 +618,18 @@ func (g *gatedStore) Close() error { return nil }
 func (g *gatedStore) Shards() int { return g.st.Shards() }
 
 func (g *gatedStore) Apply(recs []group.Record) error {
+	if in := g.in; in.loading.Load() {
+		// A load's own write (records its replay produced) runs on
+		// the shard's loop, which cannot take the wake-up of a request
+		// that arrives meanwhile: held at the gate, it would keep the
+		// runtime busy for ever. It goes through at once, unfaulted,
+		// while the simulation waits for the load.
+		if in.dead.Load() {
+			return errCrashed
+		}
+		in.guard(func() { in.r.w.count("run.store-write-at-load") })
+		return g.st.Apply(in.r.w.opts.Bugs.filter(recs))
+	}
 	c := &gatedCall{recs: recs, proceed: make(chan verdict, 1)}
 	if !g.hold(c) {
 		return errCrashed
@@ -609,17 +641,7 @@ func (g *gatedStore) Apply(recs []group.Record) error {
 	in := g.in
 	r := in.r
 	w := r.w
-	apply := recs
-	if b := w.opts.Bugs; b.DropOffsetRecords || b.DropGroupRecords {
-		apply = nil
-		for _, rec := range recs {
-			if b.DropOffsetRecords && rec.Type == group.RecordOffsetCommit ||
-				b.DropGroupRecords && rec.Type == group.RecordGroupMetadata {
-				continue
-			}
-			apply = append(apply, rec)
-		}
-	}
+	apply := w.opts.Bugs.filter(recs)
 	r.faults.Arm(v.fail)
 	err := g.st.Apply(apply)
 	r.faults.Arm(0)
@@ -639,6 +661,8 @@ func (g *gatedStore) Apply(recs []group.Record) error {
 			in.lie = true
 			return nil
 		}
+		// The shard reloads after a failed write.
+		in.loading.Store(true)
 		return err
 	}
 	if v.crashAfter {

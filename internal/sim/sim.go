@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/group/consumer"
 )
 
 // Options configures one simulated run.
@@ -25,6 +26,9 @@ type Options struct {
 	// store on a fault-injecting in-memory filesystem (runtime.go)
 	// instead of the model of it (coord.go).
 	Runtime bool
+	// Mix selects the group types: classic only (the zero value), both,
+	// or consumer (KIP-848) groups only.
+	Mix Mix
 }
 
 // Bugs are harness switches that break the coordinator runtime (never
@@ -50,12 +54,24 @@ type Bugs struct {
 	// AckFailedWrite releases the held replies as successes when a store
 	// write fails, and keeps the machine instead of rebuilding it.
 	AckFailedWrite bool
+	// ConsumerKeepRevoked makes consumer-protocol clients go on consuming
+	// the partitions they acknowledge giving up (a client bug the
+	// ownership checker must see).
+	ConsumerKeepRevoked bool
+	// ConsumerReplyBeforeApply releases ConsumerGroupHeartbeat replies
+	// before their records are durable (ReplyBeforeApply for consumer
+	// groups alone).
+	ConsumerReplyBeforeApply bool
+	// DropConsumerRecords leaves consumer-group records out of store
+	// writes while still acknowledging them.
+	DropConsumerRecords bool
 }
 
 // Failure is a checker violation (or a panic) in one run.
 type Failure struct {
 	Seed    uint64
 	Runtime bool // the run was in Options.Runtime mode
+	Mix     Mix
 	Check   string
 	Msg     string
 	At      time.Duration // virtual time since the start
@@ -63,11 +79,12 @@ type Failure struct {
 }
 
 // ReplayCommand is the command that replays a seed.
-func ReplayCommand(seed uint64, runtime bool) string {
+func ReplayCommand(seed uint64, runtime bool, mix Mix) string {
+	test := "TestSim"
 	if runtime {
-		return fmt.Sprintf("go test ./internal/sim -run TestSimRuntime -seed=%d -v", seed)
+		test = "TestSimRuntime"
 	}
-	return fmt.Sprintf("go test ./internal/sim -run TestSim -seed=%d -v", seed)
+	return fmt.Sprintf("go test ./internal/sim -run '%s$' -seed=%d -mix=%s -v", test, seed, mix)
 }
 
 func (f *Failure) Error() string {
@@ -79,7 +96,7 @@ func (f *Failure) Error() string {
 		b.WriteString(l)
 		b.WriteByte('\n')
 	}
-	fmt.Fprintf(&b, "replay: %s", ReplayCommand(f.Seed, f.Runtime))
+	fmt.Fprintf(&b, "replay: %s", ReplayCommand(f.Seed, f.Runtime, f.Mix))
 	return b.String()
 }
 
@@ -106,6 +123,22 @@ func (s Stats) String() string {
 		fmt.Fprintf(&b, "%-40s %d\n", k, s[k])
 	}
 	return b.String()
+}
+
+// consumerTotals sums the counters of consumer-group events (requests,
+// faults and other run events) and of consumer-group checks.
+func (s Stats) consumerTotals() (events, checks int64) {
+	for k, v := range s {
+		if !strings.Contains(k, "consumer") {
+			continue
+		}
+		if strings.HasPrefix(k, "check.") {
+			checks += v
+		} else {
+			events += v
+		}
+	}
+	return events, checks
 }
 
 // Result is the outcome of one run.
@@ -164,12 +197,15 @@ type world struct {
 	reqSeq uint64
 	readID group.RequestID // ids of the checkers' read-only requests
 
-	p      params
-	groups []*groupSpec
-	procs  []*process
-	coord  backend
-	chk    *checker
-	stats  Stats
+	p  params
+	cp cparams
+	// topicIDs names the broker's topics by id (consumer groups').
+	topicIDs map[consumer.TopicID]string
+	groups   []*groupSpec
+	procs    []*process
+	coord    backend
+	chk      *checker
+	stats    Stats
 
 	quiet    bool
 	quietAt  time.Time
@@ -274,7 +310,7 @@ func (w *world) fail(check, msg string) {
 	for i := w.ntail - n; i < w.ntail; i++ {
 		tail = append(tail, w.tail[i%tailLen])
 	}
-	w.failure = &Failure{Seed: w.opts.Seed, Runtime: w.opts.Runtime, Check: check, Msg: msg, At: w.now.Sub(start), Tail: tail}
+	w.failure = &Failure{Seed: w.opts.Seed, Runtime: w.opts.Runtime, Mix: w.opts.Mix, Check: check, Msg: msg, At: w.now.Sub(start), Tail: tail}
 }
 
 func firstLine(s string) string {

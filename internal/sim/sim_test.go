@@ -4,11 +4,15 @@ import (
 	"flag"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/group/consumer"
 )
 
 var (
@@ -17,21 +21,36 @@ var (
 	flagSeed  = flag.Uint64("seed", 0, "run only this seed; with -v the whole trace is printed")
 	flagBug   = flag.String("bug", "", "enable a harness bug switch by name (see bugSwitches) for TestSim")
 	flagRepro = flag.Int("repro-seeds", 0, "TestReproducible runs seeds 1..N of each mode twice instead of its five fixed seeds")
+	flagMix   = flag.String("mix", "both", "group types of TestSim and TestSimRuntime: classic, both or consumer")
 )
+
+func mixFlag(t *testing.T) Mix {
+	m, err := ParseMix(*flagMix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
 
 // bugSwitches names every harness bug switch, for -bug and for
 // TestCheckersCatchBrokenBehaviour.
 var bugSwitches = []struct {
 	name string
 	set  func(*Bugs)
+	// consumer marks a switch that breaks consumer groups only
+	// (TestConsumerCheckersCatchBrokenBehaviour).
+	consumer bool
 }{
-	{"ReplyBeforeApply", func(b *Bugs) { b.ReplyBeforeApply = true }},
-	{"DropOffsetRecords", func(b *Bugs) { b.DropOffsetRecords = true }},
-	{"DropGroupRecords", func(b *Bugs) { b.DropGroupRecords = true }},
-	{"ServeStaleSync", func(b *Bugs) { b.ServeStaleSync = true }},
-	{"EagerInCooperative", func(b *Bugs) { b.EagerInCooperative = true }},
-	{"LoseSessionTimers", func(b *Bugs) { b.LoseSessionTimers = true }},
-	{"AckFailedWrite", func(b *Bugs) { b.AckFailedWrite = true }},
+	{"ReplyBeforeApply", func(b *Bugs) { b.ReplyBeforeApply = true }, false},
+	{"DropOffsetRecords", func(b *Bugs) { b.DropOffsetRecords = true }, false},
+	{"DropGroupRecords", func(b *Bugs) { b.DropGroupRecords = true }, false},
+	{"ServeStaleSync", func(b *Bugs) { b.ServeStaleSync = true }, false},
+	{"EagerInCooperative", func(b *Bugs) { b.EagerInCooperative = true }, false},
+	{"LoseSessionTimers", func(b *Bugs) { b.LoseSessionTimers = true }, false},
+	{"AckFailedWrite", func(b *Bugs) { b.AckFailedWrite = true }, false},
+	{"ConsumerKeepRevoked", func(b *Bugs) { b.ConsumerKeepRevoked = true }, true},
+	{"DropConsumerRecords", func(b *Bugs) { b.DropConsumerRecords = true }, true},
+	{"ConsumerReplyBeforeApply", func(b *Bugs) { b.ConsumerReplyBeforeApply = true }, true},
 }
 
 func bugsByName(t *testing.T, name string) Bugs {
@@ -49,11 +68,11 @@ func bugsByName(t *testing.T, name string) Bugs {
 	return b
 }
 
-func replay(seed uint64, runtime bool, bug string) string {
+func replay(seed uint64, runtime bool, mix Mix, bug string) string {
 	if bug == "" {
-		return ReplayCommand(seed, runtime)
+		return ReplayCommand(seed, runtime, mix)
 	}
-	return ReplayCommand(seed, runtime) + " -bug=" + bug
+	return ReplayCommand(seed, runtime, mix) + " -bug=" + bug
 }
 
 // TestSim runs a batch of seeds (-seeds, from -first), or one seed (-seed),
@@ -78,14 +97,15 @@ func TestSimRuntime(t *testing.T) {
 
 func runSeeds(t *testing.T, n int, runtimeMode bool) {
 	bugs := bugsByName(t, *flagBug)
+	mix := mixFlag(t)
 	if *flagSeed != 0 {
-		res := Run(Options{Seed: *flagSeed, Bugs: bugs, KeepTrace: testing.Verbose(), Runtime: runtimeMode})
+		res := Run(Options{Seed: *flagSeed, Bugs: bugs, KeepTrace: testing.Verbose(), Runtime: runtimeMode, Mix: mix})
 		for _, l := range res.Trace {
 			t.Log(l)
 		}
 		t.Logf("seed %d: %d events, %v virtual, trace hash %016x\n%s", res.Seed, res.Events, res.Virtual, res.TraceHash, res.Stats)
 		if res.Failure != nil {
-			t.Fatalf("%v\nreplay: %s", res.Failure, replay(res.Seed, runtimeMode, *flagBug))
+			t.Fatalf("%v\nreplay: %s", res.Failure, replay(res.Seed, runtimeMode, mix, *flagBug))
 		}
 		return
 	}
@@ -119,14 +139,17 @@ func runSeeds(t *testing.T, n int, runtimeMode bool) {
 				seed := next
 				next++
 				mu.Unlock()
-				res := Run(Options{Seed: seed, Bugs: bugs, Runtime: runtimeMode})
+				res := Run(Options{Seed: seed, Bugs: bugs, Runtime: runtimeMode, Mix: mix})
 				mu.Lock()
 				ran++
 				total.Add(res.Stats)
 				events += int64(res.Events)
 				virtual += res.Virtual
-				if res.Failure != nil {
-					failures = append(failures, res.Failure)
+				if f := res.Failure; f != nil {
+					failures = append(failures, f)
+					// Streamed with -v, so a long batch names its
+					// failures as they happen.
+					t.Logf("seed %d failed: %s: %s", seed, f.Check, firstLine(f.Msg))
 				}
 				if ran%progressEvery(runtimeMode) == 0 {
 					// Streamed with -v, so a long batch shows progress.
@@ -138,8 +161,9 @@ func runSeeds(t *testing.T, n int, runtimeMode bool) {
 	}
 	wg.Wait()
 	sort.Slice(failures, func(i, j int) bool { return failures[i].Seed < failures[j].Seed })
-	t.Logf("ran %d of %d seeds (%d..%d) in %v: %d failed; %d events, %v of virtual time\ncounters over the batch:\n%s",
-		ran, n, *flagFirst, end-1, time.Since(began).Round(time.Millisecond), len(failures), events, virtual.Round(time.Second), total)
+	cEvents, cChecks := total.consumerTotals()
+	t.Logf("ran %d of %d seeds (%d..%d, mix %s) in %v: %d failed; %d events, %v of virtual time; consumer groups: %d events, %d checks\ncounters over the batch:\n%s",
+		ran, n, *flagFirst, end-1, mix, time.Since(began).Round(time.Millisecond), len(failures), events, virtual.Round(time.Second), cEvents, cChecks, total)
 	if ran < n {
 		t.Errorf("stopped after %d of %d seeds at the test deadline; rerun with -timeout=0", ran, n)
 	}
@@ -190,11 +214,12 @@ func TestReproducible(t *testing.T) {
 	for _, mode := range []struct {
 		name    string
 		runtime bool
-	}{{"model", false}, {"runtime", true}} {
+		mix     Mix
+	}{{"model", false, MixClassic}, {"runtime", true, MixClassic}, {"model/both", false, MixBoth}, {"runtime/consumer", true, MixConsumer}} {
 		t.Run(mode.name, func(t *testing.T) {
 			for _, seed := range seeds {
-				a := Run(Options{Seed: seed, KeepTrace: true, Runtime: mode.runtime})
-				b := Run(Options{Seed: seed, KeepTrace: true, Runtime: mode.runtime})
+				a := Run(Options{Seed: seed, KeepTrace: true, Runtime: mode.runtime, Mix: mode.mix})
+				b := Run(Options{Seed: seed, KeepTrace: true, Runtime: mode.runtime, Mix: mode.mix})
 				if a.TraceHash != b.TraceHash || a.Events != b.Events || len(a.Trace) != len(b.Trace) {
 					for i := range min(len(a.Trace), len(b.Trace)) {
 						if a.Trace[i] != b.Trace[i] {
@@ -219,6 +244,9 @@ func TestReproducible(t *testing.T) {
 func TestCheckersCatchBrokenBehaviour(t *testing.T) {
 	const maxSeeds = 200
 	for _, sw := range bugSwitches {
+		if sw.consumer {
+			continue
+		}
 		t.Run(sw.name, func(t *testing.T) {
 			var bugs Bugs
 			sw.set(&bugs)
@@ -228,7 +256,7 @@ func TestCheckersCatchBrokenBehaviour(t *testing.T) {
 					if f.Check == "panic" || f.Check == "runaway" {
 						t.Fatalf("bug %s crashed the simulator instead of tripping a checker:\n%v", sw.name, f)
 					}
-					t.Logf("caught by %q at seed %d after %v virtual: %s\nreplay: %s", f.Check, seed, f.At, firstLine(f.Msg), replay(seed, false, sw.name))
+					t.Logf("caught by %q at seed %d after %v virtual: %s\nreplay: %s", f.Check, seed, f.At, firstLine(f.Msg), replay(seed, false, MixClassic, sw.name))
 					return
 				}
 			}
@@ -251,11 +279,112 @@ func TestRuntimeCheckersCatchBrokenStore(t *testing.T) {
 					if f.Check == "panic" || f.Check == "runaway" || f.Check == "runtime" || f.Check == "store" {
 						t.Fatalf("bug %s broke the simulation instead of tripping a checker:\n%v", name, f)
 					}
-					t.Logf("caught by %q at seed %d after %v virtual: %s\nreplay: %s", f.Check, seed, f.At, firstLine(f.Msg), replay(seed, true, name))
+					t.Logf("caught by %q at seed %d after %v virtual: %s\nreplay: %s", f.Check, seed, f.At, firstLine(f.Msg), replay(seed, true, MixClassic, name))
 					return
 				}
 			}
 			t.Fatalf("no checker noticed bug %s over the real runtime in %d seeds", name, maxSeeds)
+		})
+	}
+}
+
+// TestConsumerCheckersCatchBrokenBehaviour runs consumer groups alone with
+// each harness switch that breaks them and requires the consumer-group
+// checker the switch aims at to catch it, over the model and over the real
+// runtime. ReplyBeforeApply and LoseSessionTimers break the runtime for
+// both group types; here they must be caught through consumer groups.
+func TestConsumerCheckersCatchBrokenBehaviour(t *testing.T) {
+	const maxSeeds = 300
+	for _, tc := range []struct {
+		bug     string
+		runtime bool
+		checks  []string
+	}{
+		{"ConsumerKeepRevoked", false, []string{ckCOwned}},
+		{"DropConsumerRecords", false, []string{ckCRestore}},
+		{"DropConsumerRecords", true, []string{ckCRestore}},
+		{"ConsumerReplyBeforeApply", false, []string{ckCEpoch}},
+		{"LoseSessionTimers", false, []string{"liveness"}},
+	} {
+		name := tc.bug
+		if tc.runtime {
+			name += "/runtime"
+		}
+		t.Run(name, func(t *testing.T) {
+			bugs := bugsByName(t, tc.bug)
+			for seed := uint64(1); seed <= maxSeeds; seed++ {
+				res := Run(Options{Seed: seed, Bugs: bugs, Runtime: tc.runtime, Mix: MixConsumer})
+				f := res.Failure
+				if f == nil {
+					continue
+				}
+				if !slices.Contains(tc.checks, f.Check) {
+					t.Fatalf("bug %s tripped %q, not one of %v:\n%v", tc.bug, f.Check, tc.checks, f)
+				}
+				t.Logf("caught by %q at seed %d after %v virtual: %s\nreplay: %s", f.Check, seed, f.At, firstLine(f.Msg), replay(seed, tc.runtime, MixConsumer, tc.bug))
+				return
+			}
+			t.Fatalf("no checker noticed bug %s in %d seeds of consumer groups", tc.bug, maxSeeds)
+		})
+	}
+}
+
+// TestConsumerBookCheckers feeds the consumer-group checkers records that
+// break the coordinator's books (a partition held by two members, a member
+// epoch going back, a group epoch skipping), which no harness switch can
+// produce without breaking the machine itself, and requires each to fail.
+func TestConsumerBookCheckers(t *testing.T) {
+	id := topicID("c0.t0")
+	parts := func(ps ...int32) []consumer.TopicPartitions {
+		return []consumer.TopicPartitions{{TopicID: id, Partitions: ps, Epochs: make([]int32, len(ps))}}
+	}
+	rec := func(r consumer.Record) group.Record {
+		r.Group = "c0"
+		return group.Record{Type: group.RecordType(r.Type), Group: "c0", Consumer: &r}
+	}
+	epoch := func(e int32) group.Record {
+		return rec(consumer.Record{Type: consumer.RecordGroupEpoch, GroupEpoch: &consumer.GroupEpoch{Epoch: e}})
+	}
+	target := func(e int32) group.Record {
+		return rec(consumer.Record{Type: consumer.RecordTargetEpoch, TargetEpoch: &consumer.TargetAssignmentEpoch{AssignmentEpoch: e}})
+	}
+	member := func(m string, e int32, assigned, pending []consumer.TopicPartitions) []group.Record {
+		return []group.Record{
+			rec(consumer.Record{Type: consumer.RecordMemberMetadata, Member: m, MemberMetadata: &consumer.MemberMetadata{}}),
+			rec(consumer.Record{Type: consumer.RecordCurrentAssignment, Member: m, Current: &consumer.CurrentAssignment{MemberEpoch: e, Assigned: assigned, PendingRevocation: pending}}),
+		}
+	}
+	base := append([]group.Record{epoch(1), epoch(2), target(2)}, member("a", 2, parts(0, 1), nil)...)
+	for _, tc := range []struct {
+		name  string
+		recs  []group.Record
+		check string
+	}{
+		{"valid", member("b", 2, parts(2), nil), ""},
+		{"assigned-twice", member("b", 2, parts(1), nil), ckCOwned},
+		{"pending-and-assigned", member("b", 2, parts(2), parts(0)), ckCOwned},
+		{"member-epoch-back", member("a", 1, parts(0, 1), nil), ckCEpoch},
+		{"member-ahead-of-target", member("b", 3, nil, nil), ckCEpoch},
+		{"group-epoch-skips", []group.Record{epoch(4)}, ckCEpoch},
+		{"target-epoch-back", []group.Record{target(1)}, ckCEpoch},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &world{stats: Stats{}, topicIDs: map[consumer.TopicID]string{id: "c0.t0"}}
+			w.chk = newChecker(w)
+			w.chk.addConsumerGroup(&groupSpec{id: "c0", consumer: true})
+			w.chk.afterConsumer(group.Output{Records: base})
+			if w.failure != nil {
+				t.Fatalf("the valid base failed: %v", w.failure)
+			}
+			w.chk.afterConsumer(group.Output{Records: tc.recs})
+			switch {
+			case tc.check == "" && w.failure != nil:
+				t.Fatalf("valid records failed: %v", w.failure.Msg)
+			case tc.check != "" && w.failure == nil:
+				t.Fatalf("checker %s did not fire", tc.check)
+			case tc.check != "" && w.failure.Check != tc.check:
+				t.Fatalf("checker %s fired instead of %s: %s", w.failure.Check, tc.check, w.failure.Msg)
+			}
 		})
 	}
 }

@@ -48,6 +48,28 @@ func describeRequest(r kmsg.Request) string {
 			}
 		}
 		return fmt.Sprintf("v%d %s", q.Version, strings.Join(parts, " "))
+	case *kmsg.ConsumerGroupHeartbeatRequest:
+		s := fmt.Sprintf("v%d member=%q epoch=%d%s", q.Version, q.MemberID, q.MemberEpoch, inst(q.InstanceID))
+		if q.RebalanceTimeoutMillis != -1 {
+			s += fmt.Sprintf(" rebalance=%dms", q.RebalanceTimeoutMillis)
+		}
+		if q.SubscribedTopicNames != nil {
+			s += fmt.Sprintf(" names=%v", q.SubscribedTopicNames)
+		}
+		if q.SubscribedTopicRegex != nil {
+			s += fmt.Sprintf(" regex=%q", *q.SubscribedTopicRegex)
+		}
+		if q.ServerAssignor != nil {
+			s += " assignor=" + *q.ServerAssignor
+		}
+		if q.Topics != nil {
+			n := 0
+			for _, t := range q.Topics {
+				n += len(t.Partitions)
+			}
+			s += fmt.Sprintf(" owned=%d", n)
+		}
+		return s
 	}
 	return fmt.Sprintf("%T", r)
 }
@@ -94,6 +116,24 @@ func describeResponse(r kmsg.Response) string {
 			}
 		}
 		return errName(q.ErrorCode) + " " + strings.Join(parts, " ")
+	case *kmsg.ConsumerGroupHeartbeatResponse:
+		if q.ErrorCode != 0 {
+			return errName(q.ErrorCode)
+		}
+		s := fmt.Sprintf("NONE epoch=%d", q.MemberEpoch)
+		if q.MemberID != nil {
+			s += fmt.Sprintf(" member=%q", *q.MemberID)
+		}
+		if a := q.Assignment; a != nil {
+			var parts []string
+			for _, t := range a.Topics {
+				for _, p := range t.Partitions {
+					parts = append(parts, fmt.Sprintf("%x/%d", t.TopicID[14:], p))
+				}
+			}
+			s += " assignment=[" + strings.Join(parts, " ") + "]"
+		}
+		return s
 	}
 	return fmt.Sprintf("%T", r)
 }
