@@ -135,3 +135,46 @@ func BenchmarkJoinConverge(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkJoinTarget is the assignor's share of a join: one member joins a
+// stable group and the step computes the new target. Between iterations,
+// untimed, the newcomer leaves and another member's heartbeat computes the
+// target without it, so every timed step starts from a settled target.
+//
+//	go test ./internal/group/consumer -run '^$' -bench JoinTarget -count 5
+func BenchmarkJoinTarget(b *testing.B) {
+	for _, shape := range []struct {
+		members int
+		parts   int32
+	}{{1000, 50000}, {10000, 500000}} {
+		b.Run(fmt.Sprintf("members=%d/partitions=%d", shape.members, shape.parts), func(b *testing.B) {
+			m, ids, now := stableGroup(b, shape.members, shape.parts)
+			g := m.groups["g"]
+			cycle := func() {
+				now = now.Add(time.Millisecond)
+				m.Step(now, Request{ID: 1, ClientID: "c", ClientHost: "/h", Msg: joinRequest("newcomer", "t")})
+				if g.assignmentEpoch != g.epoch {
+					b.Fatal("join computed no target")
+				}
+			}
+			back := func() {
+				now = now.Add(time.Millisecond)
+				m.Step(now, Request{ID: 1, ClientID: "c", ClientHost: "/h", Msg: heartbeatRequest("newcomer", leaveEpoch, nil)})
+				m.Step(now, Request{ID: 1, ClientID: "c", ClientHost: "/h", Msg: heartbeatRequest(ids[0], g.members[ids[0]].epoch, nil)})
+				if g.assignmentEpoch != g.epoch {
+					b.Fatal("leave computed no target")
+				}
+			}
+			cycle() // the first target of a loaded group is a full assignment
+			back()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				cycle()
+				b.StopTimer()
+				back()
+				b.StartTimer()
+			}
+		})
+	}
+}
