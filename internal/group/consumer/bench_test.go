@@ -18,7 +18,7 @@ import (
 // stableGroup builds a stable group of n members over one topic of parts
 // partitions, dealt round-robin, from records (joining members one by one
 // would cost O(n²)), and returns the machine and the member ids.
-func stableGroup(b *testing.B, n int, parts int32) (*Machine, []string, time.Time) {
+func stableGroup(b testing.TB, n int, parts int32) (*Machine, []string, time.Time) {
 	m := New(Config{})
 	now := epoch0
 	topic := TopicID{1}
