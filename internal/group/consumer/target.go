@@ -130,10 +130,10 @@ func (m *Machine) buildAssigner(g *group, name string, topics map[string]int32) 
 	if g.assigner != nil {
 		builds = g.assigner.builds
 	}
-	// The Target orders members itself (by instance id, then member id),
-	// so they go in in map order.
+	// Sorted, so that nothing the Target numbers internally depends on
+	// map order.
 	in := make([]assign.Member, 0, len(g.members))
-	for _, mem := range g.members {
+	for _, mem := range g.sortedMembers() {
 		in = append(in, assign.Member{
 			ID:         mem.id,
 			InstanceID: mem.meta.instanceID,

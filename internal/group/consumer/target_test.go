@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestMain has every target computation of the tests checked against the
@@ -61,5 +63,37 @@ func TestJoinTargetIsIncremental(t *testing.T) {
 	step(ids[0], g.members[ids[0]].epoch)
 	if g.assigner != a || a.builds != 1 {
 		t.Fatal("a leave built a new Target")
+	}
+}
+
+// TestTargetFollowsPreferredAssignor switches a group's preferred assignor
+// by the members' votes: the Target of the old assignor is dropped and one
+// of the new assignor built, and every computation agrees with the
+// stateless assignor (verifyTargets).
+func TestTargetFollowsPreferredAssignor(t *testing.T) {
+	m := New(Config{Assignors: []string{AssignorUniform, AssignorRange}})
+	now := epoch0
+	m.Step(now, TopicsChanged{Topics: []Topic{{Name: "t", ID: TopicID{1}, Partitions: 12}, {Name: "u", ID: TopicID{2}, Partitions: 5}}})
+	join := func(member, assignor string) {
+		now = now.Add(time.Millisecond)
+		req := joinRequest(member, "t", "u")
+		if assignor != "" {
+			req.ServerAssignor = &assignor
+		}
+		out := m.Step(now, Request{ID: 1, ClientID: "c", ClientHost: "/h", Msg: req})
+		if code := out.Replies[0].Msg.(*kmsg.ConsumerGroupHeartbeatResponse).ErrorCode; code != 0 {
+			t.Fatalf("join of %s failed: %d", member, code)
+		}
+	}
+	join("a", "")
+	join("b", "")
+	g := m.groups["g"]
+	if a := g.assigner; a == nil || a.assignor != AssignorUniform || a.builds != 1 {
+		t.Fatalf("after two uniform joins: %+v", a)
+	}
+	join("c", AssignorRange)
+	join("d", AssignorRange)
+	if a := g.assigner; a.assignor != AssignorRange || a.builds != 2 {
+		t.Fatalf("after the range majority: assignor %s, builds %d", a.assignor, a.builds)
 	}
 }

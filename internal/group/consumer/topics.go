@@ -118,7 +118,8 @@ func (m *Machine) topicsChanged(ts []Topic) {
 	for _, id := range m.Groups() {
 		g := m.groups[id]
 		if namesChanged {
-			for regex, rs := range g.regexes {
+			for _, regex := range sortedKeys(g.regexes) {
+				rs := g.regexes[regex]
 				was := rs.topics
 				rs.topics = m.topics.resolveRegex(rs.re)
 				if !slices.Equal(was, rs.topics) {
