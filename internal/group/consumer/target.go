@@ -93,17 +93,7 @@ var verifyTargets = false
 // verifyTarget panics unless the Target's result and changed members are
 // what the stateless assignor gives for the group's members and targets.
 func (m *Machine) verifyTarget(g *group, name string, topics map[string]int32, t *assign.Target, changed []string) {
-	in := make([]assign.Member, 0, len(g.members))
-	for _, mem := range g.sortedMembers() {
-		in = append(in, assign.Member{
-			ID:         mem.id,
-			InstanceID: mem.meta.instanceID,
-			Topics:     g.memberTopics(mem),
-			Owned:      m.namedParts(g.target[mem.id]),
-			Generation: -1,
-			Rack:       mem.meta.rackID,
-		})
-	}
+	in := m.assignorInput(g)
 	out := assignorNamed(name).Assign(in, topics)
 	var want []string
 	for _, mem := range in {
@@ -111,7 +101,7 @@ func (m *Machine) verifyTarget(g *group, name string, topics map[string]int32, t
 		if !ok || !m.idParts(got).equal(m.idParts(out[mem.ID])) {
 			panic(fmt.Sprintf("consumer: group %s: the incremental target of %s differs from the assignor's", g.id, mem.ID))
 		}
-		if prev, had := g.target[mem.ID]; !had || !m.sameTarget(prev, out[mem.ID]) {
+		if m.targetChanged(g, mem.ID, out[mem.ID]) {
 			want = append(want, mem.ID)
 		}
 	}
@@ -130,17 +120,7 @@ func (m *Machine) buildAssigner(g *group, name string, topics map[string]int32) 
 	if g.assigner != nil {
 		builds = g.assigner.builds
 	}
-	// Sorted, so that nothing the Target numbers internally depends on
-	// map order.
-	in := make([]assign.Member, 0, len(g.members))
-	for _, mem := range g.sortedMembers() {
-		in = append(in, assign.Member{
-			ID:         mem.id,
-			InstanceID: mem.meta.instanceID,
-			Topics:     g.memberTopics(mem),
-			Owned:      m.namedParts(g.target[mem.id]),
-		})
-	}
+	in := m.assignorInput(g)
 	t, err := assign.NewTarget(assignorNamed(name), in, topics)
 	if err != nil {
 		// Validate admits only the server assignors, and member ids are
@@ -151,12 +131,37 @@ func (m *Machine) buildAssigner(g *group, name string, topics map[string]int32) 
 	var changed []string
 	for _, mem := range in {
 		next, _ := t.Member(mem.ID)
-		if prev, had := g.target[mem.ID]; !had || !m.sameTarget(prev, next) {
+		if m.targetChanged(g, mem.ID, next) {
 			changed = append(changed, mem.ID)
 		}
 	}
 	slices.Sort(changed)
 	return &assigner{target: t, assignor: name, builds: builds + 1}, changed
+}
+
+// assignorInput is the group's members as an assignor takes them, each
+// owning its current target, sorted by member id so that nothing a Target
+// numbers internally depends on map order.
+func (m *Machine) assignorInput(g *group) []assign.Member {
+	in := make([]assign.Member, 0, len(g.members))
+	for _, mem := range g.sortedMembers() {
+		in = append(in, assign.Member{
+			ID:         mem.id,
+			InstanceID: mem.meta.instanceID,
+			Topics:     g.memberTopics(mem),
+			Owned:      m.namedParts(g.target[mem.id]),
+			Generation: -1,
+			Rack:       mem.meta.rackID,
+		})
+	}
+	return in
+}
+
+// targetChanged reports whether a member needs a target record for next:
+// it has none yet, or a different one.
+func (m *Machine) targetChanged(g *group, member string, next []assign.TopicPartitions) bool {
+	prev, had := g.target[member]
+	return !had || !m.sameTarget(prev, next)
 }
 
 // topicIDsOf records the ids of the given topics, reusing ids.
