@@ -18,7 +18,7 @@ import (
 // stableGroup builds a stable group of n members over one topic of parts
 // partitions, dealt round-robin, from records (joining members one by one
 // would cost O(n²)), and returns the machine and the member ids.
-func stableGroup(b *testing.B, n int, parts int32) (*Machine, []string, time.Time) {
+func stableGroup(b testing.TB, n int, parts int32) (*Machine, []string, time.Time) {
 	m := New(Config{})
 	now := epoch0
 	topic := TopicID{1}
@@ -132,6 +132,49 @@ func BenchmarkJoinConverge(b *testing.B) {
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(rounds), "rounds")
+		})
+	}
+}
+
+// BenchmarkJoinTarget is the assignor's share of a join: one member joins a
+// stable group and the step computes the new target. Between iterations,
+// untimed, the newcomer leaves and another member's heartbeat computes the
+// target without it, so every timed step starts from a settled target.
+//
+//	go test ./internal/group/consumer -run '^$' -bench JoinTarget -count 5
+func BenchmarkJoinTarget(b *testing.B) {
+	for _, shape := range []struct {
+		members int
+		parts   int32
+	}{{1000, 50000}, {10000, 500000}} {
+		b.Run(fmt.Sprintf("members=%d/partitions=%d", shape.members, shape.parts), func(b *testing.B) {
+			m, ids, now := stableGroup(b, shape.members, shape.parts)
+			g := m.groups["g"]
+			cycle := func() {
+				now = now.Add(time.Millisecond)
+				m.Step(now, Request{ID: 1, ClientID: "c", ClientHost: "/h", Msg: joinRequest("newcomer", "t")})
+				if g.assignmentEpoch != g.epoch {
+					b.Fatal("join computed no target")
+				}
+			}
+			back := func() {
+				now = now.Add(time.Millisecond)
+				m.Step(now, Request{ID: 1, ClientID: "c", ClientHost: "/h", Msg: heartbeatRequest("newcomer", leaveEpoch, nil)})
+				m.Step(now, Request{ID: 1, ClientID: "c", ClientHost: "/h", Msg: heartbeatRequest(ids[0], g.members[ids[0]].epoch, nil)})
+				if g.assignmentEpoch != g.epoch {
+					b.Fatal("leave computed no target")
+				}
+			}
+			cycle() // the first target of a loaded group is a full assignment
+			back()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				cycle()
+				b.StopTimer()
+				back()
+				b.StartTimer()
+			}
 		})
 	}
 }

@@ -155,6 +155,10 @@ type group struct {
 	regexes   map[string]*regexSub
 	assignors map[string]int // server assignor -> members naming it
 
+	// assigner computes targets incrementally; nil until the next
+	// computation builds it.
+	assigner *assigner
+
 	// unreconciled counts members not reconciledTo(assignmentEpoch), so
 	// the group state costs O(1) instead of a scan per heartbeat.
 	unreconciled int
@@ -450,6 +454,7 @@ func (m *Machine) apply(r Record) error {
 			if mem := g.members[r.Member]; mem != nil {
 				_ = m.setMeta(g, mem, nil) // a deletion cannot conflict
 				g.dropIfGone(mem)
+				g.syncMember(r.Member)
 			}
 			break
 		}
@@ -469,6 +474,7 @@ func (m *Machine) apply(r Record) error {
 			g.dropIfGone(mem)
 			return err
 		}
+		g.syncMember(r.Member)
 	case RecordTargetMember:
 		g := m.groupOrCreate(r.Group)
 		if r.Target == nil {
@@ -476,6 +482,7 @@ func (m *Machine) apply(r Record) error {
 			break
 		}
 		g.target[r.Member] = toPartSet(r.Target.Partitions, false)
+		m.targetWritten(g, r.Member, g.target[r.Member])
 	case RecordTargetEpoch:
 		g := m.groupOrCreate(r.Group)
 		if r.TargetEpoch == nil {
@@ -497,11 +504,16 @@ func (m *Machine) apply(r Record) error {
 			}
 			mem.hasCurrent = false
 			g.dropIfGone(mem)
+			g.syncMember(r.Member)
 			m.touch(g)
 			break
 		}
 		v := r.Current
+		_, existed := g.members[r.Member]
 		mem := g.memberOrCreate(r.Member)
+		if !existed {
+			g.syncMember(r.Member)
+		}
 		if err := m.setCurrent(g, mem, v.MemberEpoch, v.PreviousMemberEpoch, v.State,
 			toPartSet(v.Assigned, true), toPartSet(v.PendingRevocation, true)); err != nil {
 			return err

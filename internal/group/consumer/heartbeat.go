@@ -333,6 +333,9 @@ func (m *Machine) replaceStatic(g *group, old *member, newID string) {
 	cur := old.current()
 	cur.epoch, cur.prev = 0, 0
 	target := g.target[old.id]
+	if a := g.assigner; a != nil && a.target.RenameMember(old.id, newID) != nil {
+		g.assigner = nil
+	}
 	m.removeMember(g, old)
 	m.emit(memberMetadataRecord(g.id, newID, &meta))
 	m.emit(Record{Type: RecordTargetMember, Group: g.id, Member: newID, Target: &TargetAssignment{Partitions: fromPartSet(target)}})

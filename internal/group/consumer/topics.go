@@ -118,8 +118,13 @@ func (m *Machine) topicsChanged(ts []Topic) {
 	for _, id := range m.Groups() {
 		g := m.groups[id]
 		if namesChanged {
-			for _, rs := range g.regexes {
+			for _, regex := range sortedKeys(g.regexes) {
+				rs := g.regexes[regex]
+				was := rs.topics
 				rs.topics = m.topics.resolveRegex(rs.re)
+				if !slices.Equal(was, rs.topics) {
+					g.syncRegex(regex)
+				}
 			}
 		}
 		// An empty group is brought up to date by its next join.
