@@ -541,6 +541,15 @@ func (s *shard) loadWithRetry(reload bool) bool {
 		}
 		s.attempted()
 		s.log.Error("loading shard failed; retrying (its groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile)", "err", err, "backoff", backoff)
+		// A reload runs inside the event loop, which may already have
+		// taken Close's wake-up: look before waiting, or only a load
+		// that succeeds would end the wait (and Close with it).
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			return false
+		}
 		retry := make(chan struct{})
 		stop := s.clock.AfterFunc(backoff, func() {
 			s.busy(1)

@@ -388,3 +388,23 @@ func TestConsumerBookCheckers(t *testing.T) {
 		})
 	}
 }
+
+// TestRuntimeCloseWhileReloading replays a runtime seed in which the
+// simulator crashes the coordinator while a shard, reloading after a
+// failed store write, waits to retry its load: the event loop had already
+// taken Close's wake-up, so Close waited for a load that the virtual clock
+// could never retry. The run must end, with its checks passing.
+func TestRuntimeCloseWhileReloading(t *testing.T) {
+	done := make(chan *Failure, 1)
+	go func() {
+		done <- Run(Options{Seed: 73, Runtime: true, Mix: MixConsumer}).Failure
+	}()
+	select {
+	case f := <-done:
+		if f != nil {
+			t.Fatal(f)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("runtime seed 73 (consumer mix) did not finish: Close waits for a reloading shard")
+	}
+}
