@@ -404,15 +404,37 @@ func runHistoryScenario(t *testing.T, protocol string, bal func() kgo.GroupBalan
 	// while it sleeps goes on consuming what it held until it wakes: the
 	// hand-off overlaps, and no callback marks a release to compare with.
 	all := rebalancesOf(t, src, groupID)
-	evs := tl.snapshot()
 	compared := 0
+	// The coordinator records a rebalance's end once it has sent every
+	// assignment; the clients' callbacks for it may still be on their way.
+	// Wait (a bounded while) until each move has its callbacks.
+	compares := func(mv inspect.Move) bool {
+		return mv.From != "" && (protocol != "cooperative" || mv.From != m3before)
+	}
+	evs := tl.snapshot()
+	for settle := time.Now().Add(5 * time.Second); time.Now().Before(settle); evs = tl.snapshot() {
+		missing := false
+		for i := range all {
+			for _, mv := range all[i].Moved {
+				if all[i].Outcome == "stable" && compares(mv) {
+					if _, _, ok := clientPause(evs, &all[i], mv); !ok {
+						missing = true
+					}
+				}
+			}
+		}
+		if !missing {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for i := range all {
 		r := &all[i]
 		if r.Outcome != "stable" {
 			continue
 		}
 		for _, mv := range r.Moved {
-			if mv.From == "" || (protocol == "cooperative" && mv.From == m3before) {
+			if !compares(mv) {
 				continue
 			}
 			pause, how, ok := clientPause(evs, r, mv)
