@@ -77,13 +77,6 @@ func consumerBenchTargets(b *testing.B) []benchTarget {
 	return []benchTarget{{"groupd", a.Addr()}, {"kfake", kf.ListenAddrs()[0]}}
 }
 
-// inOrder returns targets in the order of the given round: each round
-// another side goes first.
-func inOrder(targets []benchTarget, round int) []benchTarget {
-	k := round % len(targets)
-	return append(slices.Clone(targets[k:]), targets[:k]...)
-}
-
 // cgMember is one consumer-protocol member as the load generator keeps it.
 // Only the goroutine of its connection touches it while a convergence runs.
 type cgMember struct {
@@ -504,7 +497,7 @@ func BenchmarkConsumerHeartbeatRate(b *testing.B) {
 	elapsed := make(map[string]time.Duration)
 	b.ResetTimer()
 	for round := range b.N * benchRounds {
-		for _, t := range inOrder(targets, round) {
+		for _, t := range inTurn(targets, round) {
 			runtime.GC()
 			elapsed[t.name] += run(t.name)
 		}
@@ -535,7 +528,7 @@ func BenchmarkConsumerConverge(b *testing.B) {
 	b.StopTimer()
 	rounds := b.N * benchRounds
 	for round := range rounds {
-		for _, t := range inOrder(targets, round) {
+		for _, t := range inTurn(targets, round) {
 			s := sides[t.name]
 			joiner := newCGMember(fmt.Sprintf("joiner-%04d", round), round%cgConns)
 			s.members = append(s.members, joiner)
