@@ -24,29 +24,20 @@ func (h *Handler) ConnClosed(conn uint64) { h.sessions.ConnClosed(conn) }
 func (h *Handler) FetchSessions() fetchsession.Stats { return h.sessions.Stats() }
 
 // beginFetchSession resolves a fetch's session fields (KIP-227). It
-// returns the partitions to read, or a nil Fetch when the request was
-// refused with a session error, which resp then carries. An incremental
-// fetch reads its whole session: req.Topics is replaced by the session's
-// partitions, so that the per-partition read below does not need to know
-// where they came from.
-func (h *Handler) beginFetchSession(r *server.Request, req *kmsg.FetchRequest, resp *kmsg.FetchResponse) ([]fetchEntry, *fetchsession.Fetch) {
-	entries := fetchEntries(req)
+// returns the fetch whose Parts are to be answered (the request's, or an
+// incremental fetch's whole session), or nil when the request was refused
+// with a session error, which resp then carries.
+func (h *Handler) beginFetchSession(r *server.Request, req *kmsg.FetchRequest, resp *kmsg.FetchResponse, sc *fetchScratch) *fetchsession.Fetch {
 	sr := fetchsession.Request{Conn: r.Conn, TopicIDs: req.Version >= 13, SessionID: req.SessionID, Epoch: req.SessionEpoch}
 	if req.Version < 7 {
 		// No session fields before v7: every fetch is a full one.
 		sr.SessionID, sr.Epoch = fetchsession.NoSession, fetchsession.FinalEpoch
 	}
+	// The cache copies what it keeps of the parts: their memory is the
+	// scratch's, for the next fetch.
+	sc.parts = requestParts(req, sc.parts)
+	sr.Parts = sc.parts
 	if sr.Epoch != fetchsession.FinalEpoch {
-		// A fetch outside any session needs no copy of its partitions.
-		sr.Parts = make([]fetchsession.Part, len(entries))
-		for i, e := range entries {
-			rt, rp := &req.Topics[e.topic], e.part
-			sr.Parts[i] = fetchsession.Part{
-				Key: fetchsession.Key{TopicID: rt.TopicID, Topic: rt.Topic, Partition: rp.Partition},
-				Params: fetchsession.Params{FetchOffset: rp.FetchOffset, LogStartOffset: rp.LogStartOffset, MaxBytes: rp.PartitionMaxBytes,
-					CurrentLeaderEpoch: rp.CurrentLeaderEpoch, LastFetchedEpoch: rp.LastFetchedEpoch},
-			}
-		}
 		for _, ft := range req.ForgottenTopics {
 			for _, p := range ft.Partitions {
 				sr.Forgotten = append(sr.Forgotten, fetchsession.Key{TopicID: ft.TopicID, Topic: ft.Topic, Partition: p})
@@ -54,57 +45,41 @@ func (h *Handler) beginFetchSession(r *server.Request, req *kmsg.FetchRequest, r
 		}
 	}
 	f := h.sessions.Begin(time.Now(), sr)
-	switch f.Kind {
-	case fetchsession.Failed:
+	if f.Kind == fetchsession.Failed {
 		h.log.Debug("fetch session refused", "remote", r.Remote.String(), "session", sr.SessionID, "epoch", sr.Epoch, "err", kerr.ErrorForCode(f.ErrorCode))
 		resp.ErrorCode = f.ErrorCode
-		return nil, nil
-	case fetchsession.Incremental:
-		req.Topics = sessionTopics(f.Parts)
-		entries = entries[:0]
-		for i := range req.Topics {
-			for j := range req.Topics[i].Partitions {
-				entries = append(entries, fetchEntry{i, &req.Topics[i].Partitions[j]})
-			}
-		}
+		return nil
 	}
-	return entries, f
-}
-
-// sessionTopics lays out a session's partitions as request topics; only
-// consecutive partitions of one topic share an entry, so the reply keeps
-// the session's order.
-func sessionTopics(parts []fetchsession.Part) []kmsg.FetchRequestTopic {
-	var topics []kmsg.FetchRequestTopic
-	for _, p := range parts {
-		if n := len(topics); n == 0 || topics[n-1].Topic != p.Key.Topic || topics[n-1].TopicID != p.Key.TopicID {
-			topics = append(topics, kmsg.FetchRequestTopic{Topic: p.Key.Topic, TopicID: p.Key.TopicID})
-		}
-		rt := &topics[len(topics)-1]
-		rt.Partitions = append(rt.Partitions, kmsg.FetchRequestTopicPartition{
-			Partition: p.Key.Partition, FetchOffset: p.Params.FetchOffset, LogStartOffset: p.Params.LogStartOffset,
-			PartitionMaxBytes: p.Params.MaxBytes, CurrentLeaderEpoch: p.Params.CurrentLeaderEpoch, LastFetchedEpoch: p.Params.LastFetchedEpoch,
-		})
-	}
-	return topics
+	return f
 }
 
 // finishFetchSession completes a fetch's session once its partitions are
 // read: a full fetch may open a session, and an incremental fetch's reply
 // keeps only the partitions with something to say. resp holds one
-// partition per entry read, in order.
-func (h *Handler) finishFetchSession(f *fetchsession.Fetch, resp *kmsg.FetchResponse) {
+// partition per entry of answered (indexes in f.Parts), in order; the
+// other parts of an incremental fetch were left unread. The results are
+// gathered in *buf, kept for the next fetch.
+func (h *Handler) finishFetchSession(f *fetchsession.Fetch, resp *kmsg.FetchResponse, answered []int, buf *[]fetchsession.Result) {
 	if f.Kind == fetchsession.Sessionless {
 		return
 	}
-	results := make([]fetchsession.Result, 0, len(f.Parts))
+	results := (*buf)[:0]
+	for range f.Parts {
+		results = append(results, fetchsession.Result{Unread: true})
+	}
+	*buf = results
+	k := 0
 	for ti := range resp.Topics {
 		for _, sp := range resp.Topics[ti].Partitions {
-			results = append(results, fetchsession.Result{ErrorCode: sp.ErrorCode, HighWatermark: sp.HighWatermark,
-				LogStartOffset: sp.LogStartOffset, RecordBytes: len(sp.RecordBatches)})
+			if k == len(answered) {
+				panic("fetch reply answers more partitions than were read")
+			}
+			results[answered[k]] = fetchsession.Result{ErrorCode: sp.ErrorCode, HighWatermark: sp.HighWatermark,
+				LogStartOffset: sp.LogStartOffset, RecordBytes: len(sp.RecordBatches)}
+			k++
 		}
 	}
-	if len(results) != len(f.Parts) {
+	if k != len(answered) {
 		panic("fetch reply does not answer each partition read once")
 	}
 	id, code, keep := h.sessions.Finish(time.Now(), f, results)
@@ -116,14 +91,14 @@ func (h *Handler) finishFetchSession(f *fetchsession.Fetch, resp *kmsg.FetchResp
 	if keep == nil {
 		return
 	}
-	i, topics := 0, resp.Topics[:0]
+	k, topics := 0, resp.Topics[:0]
 	for _, st := range resp.Topics {
 		parts := st.Partitions[:0]
 		for _, sp := range st.Partitions {
-			if keep[i] {
+			if keep[answered[k]] {
 				parts = append(parts, sp)
 			}
-			i++
+			k++
 		}
 		if len(parts) > 0 {
 			st.Partitions = parts

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -32,16 +33,16 @@ import (
 // per fetch (from /proc, in 10 ms ticks), the bytes of each fetch request
 // and reply, and the ratios groupd / kfake:
 //
-//	go test ./internal/e2e -run '^$' -bench FetchSessions -benchtime 3x
+//	go test ./internal/e2e -run '^$' -bench FetchSessions -benchtime 3x -count 3
+//
+// GROUPD_FETCH_BENCH_CPUPROFILE=PATH and GROUPD_FETCH_BENCH_MEMPROFILE=PATH
+// write each server's CPU and allocation profiles to PATH.groupd and
+// PATH.kfake (the whole life of the process, topic creation and the
+// produce passes included; `go tool pprof -focus 'Handler..fetch$'`
+// keeps groupd's fetches). An allocation profile records every
+// allocation, which slows the server it profiles.
 func BenchmarkFetchSessions(b *testing.B) {
-	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		b.Skip("needs /proc to read the servers' CPU time")
-	}
-	servers := []*fsBenchServer{startFSBenchServer(b, "groupd"), startFSBenchServer(b, "kfake")}
-	modes := []struct {
-		name string
-		opts []kgo.Opt
-	}{{"sessions", nil}, {"no-sessions", []kgo.Opt{kgo.DisableFetchSessions()}}}
+	servers, modes := startFSBench(b)
 	type total struct {
 		fetches, reqBytes, respBytes, records int64
 		elapsed, cpu                          time.Duration
@@ -89,6 +90,22 @@ func BenchmarkFetchSessions(b *testing.B) {
 	b.ReportMetric(rate["groupd/sessions"]/rate["kfake/sessions"], "sessions-fetches/s-ratio")
 	b.ReportMetric(cpu["groupd/sessions"]/cpu["kfake/sessions"], "sessions-cpu-ratio")
 	b.ReportMetric(rate["groupd/no-sessions"]/rate["kfake/no-sessions"], "no-sessions-fetches/s-ratio")
+}
+
+// fsBenchMode is a way for the consumer to fetch: with sessions or not.
+type fsBenchMode struct {
+	name string
+	opts []kgo.Opt
+}
+
+// startFSBench starts the servers of a fetch benchmark, groupd and kfake,
+// and lists the modes to measure each in.
+func startFSBench(b *testing.B) ([]*fsBenchServer, []fsBenchMode) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		b.Skip("needs /proc to read the servers' CPU time")
+	}
+	servers := []*fsBenchServer{startFSBenchServer(b, "groupd"), startFSBenchServer(b, "kfake")}
+	return servers, []fsBenchMode{{"sessions", nil}, {"no-sessions", []kgo.Opt{kgo.DisableFetchSessions()}}}
 }
 
 const (
@@ -177,6 +194,20 @@ func TestFetchBenchServer(t *testing.T) {
 		defer f.Close()
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
+	}
+	if path := os.Getenv("GROUPD_FETCH_BENCH_MEMPROFILE"); path != "" {
+		// Every allocation, not a sample, so a fetch's allocations can be
+		// counted; written when the benchmark ends.
+		runtime.MemProfileRate = 1
+		defer func() {
+			f, err := os.Create(path + "." + which)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			runtime.GC() // the profile shows allocations as of the last collection
+			pprof.Lookup("allocs").WriteTo(f, 0)
+		}()
 	}
 	fmt.Printf("fetch-bench-server %s\n", addr)
 	bufio.NewReader(os.Stdin).ReadString('\n') // until the benchmark closes it
@@ -283,4 +314,88 @@ func fsProcessCPU(b *testing.B, pid int) time.Duration {
 		b.Fatalf("/proc/%d/stat: %q", pid, stat)
 	}
 	return time.Duration(u+s) * 10 * time.Millisecond
+}
+
+// BenchmarkFetchLongPoll runs one franz-go consumer of 1,000 partitions
+// that has read everything, so that each of its fetches waits (MaxWait
+// 1 s) until a producer appends one record to one of the 10 data
+// partitions, against groupd and kfake as BenchmarkFetchSessions does.
+// Each iteration appends one record and waits until the consumer has it.
+// It reports per side and mode the time from append to consumption, the
+// server's CPU time per record (its fetches and the produce together) and
+// the fetches per record, and the ratios groupd / kfake:
+//
+//	go test ./internal/e2e -run '^$' -bench FetchLongPoll -benchtime 300x -count 3
+func BenchmarkFetchLongPoll(b *testing.B) {
+	servers, modes := startFSBench(b)
+	value := bytes.Repeat([]byte("v"), fsBenchValue)
+	latency, cpu, fetches := map[string]float64{}, map[string]float64{}, map[string]float64{}
+	for _, m := range modes {
+		for _, s := range servers {
+			name := s.name + "/" + m.name
+			prod := newClient(b, s.addr, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
+			hook := &fsBenchHook{}
+			offsets := make(map[int32]kgo.Offset, fsBenchPartitions)
+			for p := range int32(fsBenchPartitions) {
+				offsets[p] = kgo.NewOffset().AtEnd()
+			}
+			cl := newClient(b, s.addr, append([]kgo.Opt{kgo.WithHooks(hook),
+				kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{fsBenchTopic: offsets}),
+				kgo.FetchMaxWait(time.Second)}, m.opts...)...)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			// One record each way: the first, before the consumer has
+			// its positions, may be skipped; once a record is read the
+			// consumer is caught up and its fetches wait.
+			roundTrip := func(i int) {
+				p := int32(i%fsBenchData) * (fsBenchPartitions / fsBenchData)
+				if err := prod.ProduceSync(ctx, &kgo.Record{Topic: fsBenchTopic, Partition: p, Value: value}).FirstErr(); err != nil {
+					b.Fatal(err)
+				}
+				for n := 0; n == 0; {
+					fs := cl.PollFetches(ctx)
+					if ctx.Err() != nil {
+						b.Fatalf("%s: record %d not consumed", name, i)
+					}
+					fs.EachError(func(t string, p int32, err error) { b.Fatalf("%s: %s/%d: %v", name, t, p, err) })
+					n = fs.NumRecords()
+				}
+			}
+			for warm := 0; ; warm++ {
+				pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+				if err := prod.ProduceSync(pctx, &kgo.Record{Topic: fsBenchTopic, Partition: 0, Value: value}).FirstErr(); err != nil {
+					b.Fatal(err)
+				}
+				fs := cl.PollFetches(pctx)
+				pcancel()
+				if fs.NumRecords() > 0 {
+					break
+				}
+				if warm == 30 {
+					b.Fatalf("%s: the consumer reads nothing", name)
+				}
+			}
+			f0 := hook.fetches.Load()
+			cpu0, t0 := fsProcessCPU(b, s.cmd.Process.Pid), time.Now()
+			for i := range b.N {
+				roundTrip(i)
+			}
+			elapsed, used := time.Since(t0), fsProcessCPU(b, s.cmd.Process.Pid)-cpu0
+			cancel()
+			latency[name] = float64(elapsed.Microseconds()) / float64(b.N)
+			cpu[name] = float64(used.Microseconds()) / float64(b.N)
+			fetches[name] = float64(hook.fetches.Load()-f0) / float64(b.N)
+			cl.Close()
+			prod.Close()
+		}
+	}
+	// The start of each side and mode is not measured, but it is timed:
+	// ns/op means nothing here.
+	for name := range latency {
+		b.ReportMetric(latency[name], name+"-µs/record")
+		b.ReportMetric(cpu[name], name+"-cpu-µs/record")
+		b.ReportMetric(fetches[name], name+"-fetches/record")
+	}
+	b.ReportMetric(latency["groupd/sessions"]/latency["kfake/sessions"], "sessions-latency-ratio")
+	b.ReportMetric(cpu["groupd/sessions"]/cpu["kfake/sessions"], "sessions-cpu-ratio")
+	b.ReportMetric(cpu["groupd/no-sessions"]/cpu["kfake/no-sessions"], "no-sessions-cpu-ratio")
 }

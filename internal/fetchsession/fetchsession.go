@@ -132,11 +132,39 @@ type Fetch struct {
 	req     Request
 	session *session
 	entries []*entry // the session's entries, aligned with Parts
+	told    []told   // what the last reply said of each of Parts
+	keep    []bool   // Finish's answer, kept with f for reuse
 	epoch   int32    // the session epoch Begin moved the session to
+}
+
+// told is what a session's last reply said of a partition, as Begin found
+// it: Finish of another fetch on the session may change the entry while
+// this fetch reads.
+type told struct{ hw, logStart int64 }
+
+// Quiet reports whether an incremental fetch may leave Parts[i] unread,
+// given the partition's high watermark and log start offset now: its
+// reply would not carry the partition, because the last reply told the
+// client this high watermark and log start offset without an error, and
+// there are no records past the fetch offset. Kafka reads every partition
+// of the session and then drops these (FetchSession.scala,
+// CachedPartition.maybeUpdateResponseData); a consumer of many
+// partitions of which few move is spared reading the rest. A partition
+// without a log, or whose fetch offset is out of range, is never quiet:
+// it answers with an error.
+func (f *Fetch) Quiet(i int, hw, logStart int64) bool {
+	if f.Kind != Incremental {
+		return false
+	}
+	t := f.told[i]
+	return t.hw >= 0 && t.hw == hw && t.logStart == logStart && f.Parts[i].Params.FetchOffset == hw
 }
 
 // Result is what reading one partition of a fetch gave.
 type Result struct {
+	// Unread is set for a partition left unread because Quiet said so;
+	// the reply does not carry it and the session's view of it stays.
+	Unread         bool
 	ErrorCode      int16
 	HighWatermark  int64
 	LogStartOffset int64
@@ -284,20 +312,38 @@ func (c *Cache) Begin(now time.Time, req Request) *Fetch {
 	c.touch(s, now)
 	s.epoch = nextEpoch(s.epoch)
 	s.conn = req.Conn
-	f := &Fetch{Kind: Incremental, req: req, session: s, epoch: s.epoch,
-		Parts: make([]Part, 0, len(s.parts)), entries: make([]*entry, 0, len(s.parts))}
+	f := incrementalFetches.Get().(*Fetch)
+	f.Kind, f.req, f.session, f.epoch = Incremental, req, s, s.epoch
 	for e := s.order.next; e != &s.order; e = e.next {
 		f.Parts = append(f.Parts, Part{e.key, e.params})
 		f.entries = append(f.entries, e)
+		f.told = append(f.told, told{e.hw, e.logStart})
 	}
 	c.stats.IncrementalFetches++
 	return f
 }
 
+// incrementalFetches keeps the Fetch values of incremental fetches, whose
+// copies of a session's partitions are the same size fetch after fetch
+// and would otherwise be allocated anew for each (see Release).
+var incrementalFetches = sync.Pool{New: func() any { return new(Fetch) }}
+
+// Release gives f's memory back for later fetches, once its caller is
+// done with f and its Parts.
+func (c *Cache) Release(f *Fetch) {
+	if f.Kind != Incremental {
+		return // Parts are the caller's own
+	}
+	clear(f.entries) // a closed session's entries need not live on
+	*f = Fetch{Parts: f.Parts[:0], entries: f.entries[:0], told: f.told[:0], keep: f.keep[:0]}
+	incrementalFetches.Put(f)
+}
+
 // Finish completes a fetch with what was read for each of its Parts
 // (results[i] for Parts[i]). It returns the session id and top-level error
 // code to answer with, and, for an incremental fetch, which partitions the
-// reply carries (keep[i] for Parts[i]); a nil keep carries them all.
+// reply carries (keep[i] for Parts[i], valid until Release); a nil keep
+// carries them all.
 func (c *Cache) Finish(now time.Time, f *Fetch, results []Result) (sessionID int32, errorCode int16, keep []bool) {
 	switch f.Kind {
 	case Failed:
@@ -316,8 +362,15 @@ func (c *Cache) Finish(now time.Time, f *Fetch, results []Result) (sessionID int
 		// (a duplicate request): this one's view of it is stale.
 		return s.id, kerr.InvalidFetchSessionEpoch.Code, make([]bool, len(f.Parts))
 	}
-	keep = make([]bool, len(f.Parts))
+	keep = f.keep[:0]
+	for range f.Parts {
+		keep = append(keep, false)
+	}
+	f.keep = keep
 	for i, e := range f.entries {
+		if results[i].Unread {
+			continue
+		}
 		keep[i] = e.respond(results[i])
 		if results[i].RecordBytes > 0 {
 			// A partition that returned records goes to the back, so

@@ -159,12 +159,16 @@ func keyName(k Key) string {
 	return fmt.Sprintf("id:%s/%d", strings.TrimRight(string(k.TopicID[:]), "\x00"), k.Partition)
 }
 
-func (h *harness) read(k Key, p Params) Result {
+func (h *harness) log(k Key) *plog {
 	name := k.Topic
 	if name == "" {
 		name = strings.TrimRight(string(k.TopicID[:]), "\x00")
 	}
-	l := h.logs[fmt.Sprintf("%s/%d", name, k.Partition)]
+	return h.logs[fmt.Sprintf("%s/%d", name, k.Partition)]
+}
+
+func (h *harness) read(k Key, p Params) Result {
+	l := h.log(k)
 	switch {
 	case l == nil || l.gone:
 		code := kerr.UnknownTopicOrPartition.Code
@@ -181,6 +185,12 @@ func (h *harness) read(k Key, p Params) Result {
 func (h *harness) finish(f *Fetch) string {
 	results := make([]Result, len(f.Parts))
 	for i, p := range f.Parts {
+		// As the broker does: a partition Quiet for its log now is not
+		// read, and must be left out of the reply all the same.
+		if l := h.log(p.Key); l != nil && !l.gone && f.Quiet(i, l.hw, l.start) {
+			results[i] = Result{Unread: true}
+			continue
+		}
 		results[i] = h.read(p.Key, p.Params)
 	}
 	id, code, keep := h.cache.Finish(h.now, f, results)
