@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/s2"
@@ -130,15 +131,22 @@ func DecompressTo(dst []byte, c Codec, src []byte, limit int) ([]byte, error) {
 		}
 		return src, nil
 	case CodecGzip:
-		var zr *gzip.Reader
-		zr, err = gzip.NewReader(bytes.NewReader(src))
-		if err == nil {
-			out, err = readLimited(dst, zr, limit)
+		d := gzipReaders.Get().(*gzipReader)
+		d.src.Reset(src)
+		if err = d.zr.Reset(&d.src); err == nil {
+			out, err = readLimited(dst, &d.zr, limit)
 		}
+		d.src.Reset(nil)
+		gzipReaders.Put(d)
 	case CodecSnappy:
 		out, err = decodeSnappy(dst, src, limit)
 	case CodecLZ4:
-		out, err = readLimited(dst, lz4.NewReader(bytes.NewReader(src)), limit)
+		d := lz4Readers.Get().(*lz4Reader)
+		d.src.Reset(src)
+		d.zr.Reset(&d.src)
+		out, err = readLimited(dst, d.zr, limit)
+		d.src.Reset(nil)
+		lz4Readers.Put(d)
 	case CodecZstd:
 		out, err = zstdDecoder.DecodeAll(src, dst)
 		if (err == nil && len(out) > limit) || errors.Is(err, zstd.ErrDecoderSizeExceeded) {
@@ -169,6 +177,24 @@ var zstdDecoder = func() *zstd.Decoder {
 	}
 	return d
 }()
+
+// Gzip and lz4 readers keep tables and buffers worth reusing: a new one
+// per batch allocated more than small batches hold.
+type (
+	gzipReader struct {
+		src bytes.Reader
+		zr  gzip.Reader
+	}
+	lz4Reader struct {
+		src bytes.Reader
+		zr  *lz4.Reader
+	}
+)
+
+var (
+	gzipReaders = sync.Pool{New: func() any { return new(gzipReader) }}
+	lz4Readers  = sync.Pool{New: func() any { return &lz4Reader{zr: lz4.NewReader(nil)} }}
+)
 
 func readLimited(dst []byte, r io.Reader, limit int) ([]byte, error) {
 	buf := bytes.NewBuffer(dst[:0])

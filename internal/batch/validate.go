@@ -112,10 +112,7 @@ func ValidateRecords(b []byte, h Header, o ValidateOptions) (Validated, error) {
 		out, err := DecompressTo((*bufp)[:0], c, data, MaxDecompressedSize)
 		if err != nil {
 			decompressBufs.Put(bufp)
-			if errors.Is(err, ErrTooLarge) {
-				err = fmt.Errorf("%w: %w", ErrInvalidRecord, err)
-			}
-			return v, &ValidationError{Err: err}
+			return v, decompressError(err)
 		}
 		defer func() {
 			if cap(out) <= maxPooledBuffer {
@@ -213,6 +210,16 @@ func ValidateRecords(b []byte, h Header, o ValidateOptions) (Validated, error) {
 	}
 	v.MaxTimestamp = maxTS
 	return v, nil
+}
+
+// decompressError is the ValidationError for records that do not
+// decompress; records decompressing past the limit are invalid, not
+// corrupt.
+func decompressError(err error) error {
+	if errors.Is(err, ErrTooLarge) {
+		err = fmt.Errorf("%w: %w", ErrInvalidRecord, err)
+	}
+	return &ValidationError{Err: err}
 }
 
 // corruptRecord names a record that does not decode; Error says

@@ -13,7 +13,7 @@ import (
 // throughput benchmark's: franz-go's default snappy, 1 KiB records with
 // short keys, as many as fit a 1 MB batch.
 func BenchmarkValidateRecords(b *testing.B) {
-	for _, c := range []batch.Codec{batch.CodecNone, batch.CodecSnappy, batch.CodecLZ4, batch.CodecZstd} {
+	for _, c := range []batch.Codec{batch.CodecNone, batch.CodecGzip, batch.CodecSnappy, batch.CodecLZ4, batch.CodecZstd} {
 		recs := make([]batchtest.Record, 1000)
 		for i := range recs {
 			recs[i] = batchtest.Record{Key: fmt.Appendf(nil, "%d", i), Value: make([]byte, 1024)}

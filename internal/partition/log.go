@@ -163,6 +163,8 @@ type Log struct {
 	// snapshotAt is the offset of the snapshot Open loaded producer state
 	// from; only batches from it on are replayed.
 	snapshotAt int64
+
+	reads readHints // where recent reads ended (readhint.go)
 }
 
 // tickerFor creates the ticker driving SyncInterval fsyncs; tests replace
@@ -468,7 +470,11 @@ func (l *Log) validate(batches [][]byte, cfg *Config, now int64) ([]checked, err
 		}
 		var v batch.Validated
 		if err == nil {
-			v, err = batch.ValidateRecords(b, h, opts)
+			if l.opts.HeaderOnlyCompressed && h.Codec() != batch.CodecNone && !cfg.Compact {
+				v, err = batch.ValidateCompressedHeader(b, h, opts)
+			} else {
+				v, err = batch.ValidateRecords(b, h, opts)
+			}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("batch %d: %w", i, err)
@@ -774,6 +780,9 @@ func readErr(err error) error {
 // in segment v.
 func findBatch(v segView, offset int64) (int64, batch.Header, bool, error) {
 	sc := newScanner(v.f, v.stats.size)
+	buf := scanBufs.Get().(*[scanWindow]byte)
+	defer scanBufs.Put(buf)
+	sc.buf = buf[:]
 	for pos := lookup(v.entries, offset); pos+batch.HeaderLen <= v.stats.size; {
 		hb, err := sc.at(pos, batch.HeaderLen)
 		if err != nil {
@@ -809,53 +818,92 @@ func (l *Log) Read(offset int64, maxBytes int32, minOneBatch bool) ([]byte, erro
 	if offset == hw {
 		return []byte{}, nil
 	}
-	var (
-		v   segView
-		pos int64
-		h   batch.Header
-	)
-	for {
-		var (
-			ok  bool
-			err error
-		)
-		v, ok, err = l.segmentFor(offset)
-		if err != nil || !ok {
-			return []byte{}, err
-		}
-		pos, h, ok, err = findBatch(v, offset)
-		if err != nil {
-			return []byte{}, err
-		}
-		if ok {
-			break
-		}
-		// The cleaner removed every batch from offset to the end of
-		// this segment: read on from the next one.
-		offset = v.stats.next
+	from := offset
+	v, pos, first, err := l.locate(offset)
+	if err != nil || v.f == nil {
+		return []byte{}, err
 	}
 	limit := max(int64(maxBytes), 0)
 	n := min(limit, v.stats.size-pos)
-	if h.Size() > limit {
+	if first > limit {
+		// KIP-74: a first batch larger than the limit is returned
+		// whole, or not at all.
 		if !minOneBatch {
 			return []byte{}, nil
 		}
-		n = h.Size()
+		n = first
+	}
+	if first < 0 {
+		// Found by a hint: the first batch's size is in its own header,
+		// which this read fetches along with the rest (locate checked
+		// that a whole header is there).
+		n = max(n, batch.HeaderLen)
 	}
 	buf := make([]byte, n)
 	if _, err := v.f.ReadAt(buf, pos); err != nil {
 		return nil, readErr(err)
 	}
+	if first < 0 {
+		if first = batch.LogOverhead + int64(int32(beUint32(buf[8:]))); first > limit {
+			if !minOneBatch {
+				return []byte{}, nil
+			}
+			if first > n {
+				buf = make([]byte, first)
+				if _, err := v.f.ReadAt(buf, pos); err != nil {
+					return nil, readErr(err)
+				}
+			}
+			n = first
+		}
+	}
 	// Cut after the last batch that fits whole.
-	end := int64(0)
+	end, last := int64(0), int64(-1)
 	for end+batch.LogOverhead <= n {
 		sz := batch.LogOverhead + int64(int32(beUint32(buf[end+8:])))
 		if sz < batch.HeaderLen || end+sz > n {
 			break
 		}
+		last = end
 		end += sz
 	}
+	if last >= 0 {
+		// The next read of this consumer starts after the last batch
+		// returned: remember where that is.
+		if h, err := batch.ParseHeader(buf[last:end]); err == nil {
+			l.reads.record(v.f, from, h.LastOffset()+1, pos+end)
+		}
+	}
 	return buf[:end], nil
+}
+
+// locate finds the segment and position of the first batch holding offset
+// or a later one, from a hint left by an earlier read or else by scanning
+// from the index entry before it. first is that batch's size when it was
+// read (-1 when a hint gave the position); v.f is nil when no batch
+// follows offset.
+func (l *Log) locate(offset int64) (v segView, pos, first int64, err error) {
+	for {
+		var ok bool
+		v, ok, err = l.segmentFor(offset)
+		if err != nil || !ok {
+			return segView{}, 0, 0, err
+		}
+		if pos, ok := l.reads.find(v.f, offset); ok && pos+batch.HeaderLen <= v.stats.size {
+			return v, pos, -1, nil
+		}
+		var h batch.Header
+		pos, h, ok, err = findBatch(v, offset)
+		if err != nil {
+			return segView{}, 0, 0, err
+		}
+		if ok {
+			return v, pos, h.Size(), nil
+		}
+		// The cleaner removed every batch from offset to the end of
+		// this segment: read on from the next one.
+		offset = v.stats.next
+	}
 }
 
 func beUint32(b []byte) uint32 {

@@ -87,6 +87,12 @@ type Options struct {
 	// as it does without a producer-state snapshot, instead of trusting
 	// the sealed segments the snapshot describes.
 	FullStartCheck bool
+	// HeaderOnlyCompressed validates compressed batches by their header
+	// only (batch.ValidateCompressedHeader) instead of decoding their
+	// records as Kafka does; decompressing is most of what validating
+	// produce costs. Compacted topics still decode every record, since
+	// their cleaner needs each record's key.
+	HeaderOnlyCompressed bool
 }
 
 func (o Options) withDefaults() Options {
