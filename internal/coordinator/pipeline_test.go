@@ -117,6 +117,17 @@ func TestPipelineHoldsRepliesUntilDurable(t *testing.T) {
 	}
 }
 
+// parkedJoin has a new member join groupID, its JoinGroup parked for the
+// initial rebalance delay as the only request parked; it returns the
+// member id and the join's reply to come.
+func parkedJoin(e *env, groupID string) (string, <-chan result) {
+	e.t.Helper()
+	first := e.do(joinReq(groupID, "")).(*kmsg.JoinGroupResponse)
+	joined := e.start(joinReq(groupID, first.MemberID))
+	e.waitParked(1)
+	return first.MemberID, joined
+}
+
 // A failed write fails the replies of its batch and of every event stepped
 // after it, even those whose own batch was never written, and the shard
 // comes back with what the store has.
@@ -125,16 +136,16 @@ func TestPipelineFailedWriteFailsLaterReplies(t *testing.T) {
 	e := newEnv(t, st)
 	other := sameShard("g")
 	code(t, "durable commit", commitCode(e.do(commitReq("g", 1))), 0)
-	first := e.do(joinReq(other, "")).(*kmsg.JoinGroupResponse)
-	joined := e.start(joinReq(other, first.MemberID)) // parked for the initial delay
-	e.waitParked(1)
+	_, joined := parkedJoin(e, other)
 
 	g := holdFirstApply(t, st)
 	base := e.c.shardOf("g").stepped.Load()
 	failing := e.start(commitReq("g", 2))
 	g.waitEntered(t)
 	later := e.start(commitReq("g", 3))
-	hb := e.start(heartbeatReq(other, first.MemberID, 0))
+	// A heartbeat that fences its member waits like any reply (see
+	// TestPipelineHeartbeatsNotHeld for those that do not).
+	hb := e.start(heartbeatReq(other, "gone", 0))
 	waitStepped(t, e, "g", base+3)
 	notYet(t, "later commit", later)
 	notYet(t, "heartbeat", hb)
@@ -158,6 +169,60 @@ func TestPipelineFailedWriteFailsLaterReplies(t *testing.T) {
 	if got := e.do(fetchReq("g")).(*kmsg.OffsetFetchResponse).Topics[0].Partitions[0].Offset; got != 3 {
 		t.Fatalf("offset after retry = %d, want 3", got)
 	}
+}
+
+// A heartbeat whose answer acknowledges no change (no error, or
+// REBALANCE_IN_PROGRESS) is not held behind another request's write, even
+// one that then fails; one that fences its member is.
+func TestPipelineHeartbeatsNotHeld(t *testing.T) {
+	st := store.NewMemoryShards(testShards)
+	e := newEnv(t, st)
+	stable := sameShard("g")
+	member, gen := stableGroup(e, stable)
+	joining := sameShard(stable)
+	newcomer, joined := parkedJoin(e, joining)
+
+	g := holdFirstApply(t, st)
+	base := e.c.shardOf("g").stepped.Load()
+	failing := e.start(commitReq("g", 1))
+	g.waitEntered(t)
+	good := e.start(heartbeatReq(stable, member, gen))
+	rejoin := e.start(heartbeatReq(joining, newcomer, 0))
+	fenced := e.start(heartbeatReq(stable, member, gen+1))
+	waitStepped(t, e, "g", base+4)
+
+	code(t, "heartbeat in good standing", e.wait(good).(*kmsg.HeartbeatResponse).ErrorCode, 0)
+	code(t, "heartbeat during a rebalance", e.wait(rejoin).(*kmsg.HeartbeatResponse).ErrorCode, kerr.RebalanceInProgress.Code)
+	notYet(t, "fencing heartbeat", fenced)
+	notYet(t, "commit", failing)
+
+	st.FailNext(errors.New("disk full"))
+	g.release()
+	code(t, "failed commit", commitCode(e.wait(failing)), kerr.CoordinatorNotAvailable.Code)
+	code(t, "fencing heartbeat", e.wait(fenced).(*kmsg.HeartbeatResponse).ErrorCode, kerr.CoordinatorNotAvailable.Code)
+	code(t, "parked join", e.wait(joined).(*kmsg.JoinGroupResponse).ErrorCode, kerr.CoordinatorNotAvailable.Code)
+	code(t, "heartbeat after the reload", e.do(heartbeatReq(stable, member, gen)).(*kmsg.HeartbeatResponse).ErrorCode, 0)
+}
+
+// Heartbeats answered at once leave nothing in the batch; more of them
+// than a batch holds must not wedge the loop, which counts a batch's
+// events to bound it.
+func TestManyHeartbeatsAnsweredAtOnce(t *testing.T) {
+	e := newEnv(t, store.NewMemoryShards(testShards))
+	member, gen := stableGroup(e, "g")
+	ctx := context.Background()
+	waits := make([]Wait, 0, 3*maxBatch)
+	for range cap(waits) {
+		waits = append(waits, e.c.Submit(ctx, "client", "/127.0.0.1", heartbeatReq("g", member, gen)))
+	}
+	for i, w := range waits {
+		resp, err := w(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code(t, fmt.Sprintf("heartbeat %d", i), resp.(*kmsg.HeartbeatResponse).ErrorCode, 0)
+	}
+	code(t, "commit after them", commitCode(e.do(commitReqAs("g", member, gen, 1))), 0)
 }
 
 // Close waits for the batch in flight and writes what was stepped after

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,8 +131,12 @@ type shard struct {
 	stopArmed func() bool
 
 	// Loop-owned.
-	m         *group.Machine
-	waiting   map[group.RequestID]*call
+	m       *group.Machine
+	waiting map[group.RequestID]*call
+	// asking is the request being stepped until its reply is collected;
+	// it joins waiting if the machine parks it.
+	asking    *call
+	askingID  group.RequestID
 	nextID    group.RequestID
 	retention func() bool
 	spareQ    []event // a drained queue slice for take to reuse
@@ -262,6 +267,7 @@ func (s *shard) run() {
 		s.idle()
 		select {
 		case <-s.wake:
+			s.gather()
 		case b := <-s.written:
 			if !s.landed(b) {
 				return
@@ -270,6 +276,22 @@ func (s *shard) run() {
 		if !s.stepQueued() {
 			return
 		}
+	}
+}
+
+// gather lets the goroutines that are ready to run go first, so that the
+// requests they are about to submit join the events this wake-up steps.
+// The goroutine that woke the loop has just queued its request and waits
+// for the reply; without this the loop would run at once, step that one
+// request, hand its reply back and wait again: one wake-up and two
+// goroutine switches per request. A wake-up that came meanwhile is taken
+// too: the queue it announces is stepped now.
+func (s *shard) gather() {
+	runtime.Gosched()
+	select {
+	case <-s.wake:
+		s.busy(-1)
+	default:
 	}
 }
 
@@ -350,7 +372,13 @@ func (s *shard) stepQueued() bool {
 // batch without records needs no write: with nothing in flight before it,
 // its replies go out at once.
 func (s *shard) flush() {
-	if s.inflight != nil || s.cur.empty() {
+	if s.inflight != nil {
+		return
+	}
+	if s.cur.empty() {
+		// Its events left nothing to write or hold (heartbeats
+		// answered at once): they no longer count against maxBatch.
+		s.cur.events = 0
 		return
 	}
 	b := s.cur
@@ -422,13 +450,19 @@ func (s *shard) process(evs []event) bool {
 		case evRequest:
 			s.nextID++
 			id := s.nextID
-			s.waiting[id] = ev.call
+			// Most requests are answered by their own step; only one
+			// the machine parks is looked up by id later.
+			s.asking, s.askingID = ev.call, id
 			s.collect(s.step(group.Request{
 				ID:         id,
 				ClientID:   ev.call.clientID,
 				ClientHost: ev.call.clientHost,
 				Msg:        ev.call.req,
 			}))
+			if s.asking != nil {
+				s.waiting[id] = s.asking
+				s.asking = nil
+			}
 		case evTimer:
 			s.collect(s.step(group.Timer{Key: ev.key}))
 		case evExpire:
@@ -459,14 +493,36 @@ func (s *shard) collect(out group.Output) {
 	s.applyTimers(out.Timers)
 	s.cur.recs = append(s.cur.recs, out.Records...)
 	for _, r := range out.Replies {
-		cl := s.waiting[r.ID]
-		if cl == nil {
+		var cl *call
+		if s.asking != nil && r.ID == s.askingID {
+			cl, s.asking = s.asking, nil
+		} else if cl = s.waiting[r.ID]; cl != nil {
+			delete(s.waiting, r.ID)
+		} else {
 			s.log.Error("reply for unknown request", "id", r.ID)
 			continue
 		}
-		delete(s.waiting, r.ID)
+		if len(out.Records) == 0 && unheld(r.Msg) {
+			cl.reply <- r.Msg
+			continue
+		}
 		s.cur.hold = append(s.cur.hold, held{call: cl, msg: r.Msg})
 	}
+}
+
+// unheld reports whether a reply from a step that wrote nothing may go out
+// at once, ahead of the records of the events stepped before it: a classic
+// heartbeat's answer that the member is in good standing (no error) or is
+// to rejoin (REBALANCE_IN_PROGRESS). Neither acknowledges a change, so
+// neither waits for another request's write: if those records are lost,
+// the member's next heartbeat meets the state rebuilt from the store, and
+// a rejoin is always allowed. An answer that fences the member
+// (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID) can tell of
+// a change that is not durable yet, a member removed or a static member
+// replaced, and keeps its place behind it.
+func unheld(msg kmsg.Response) bool {
+	hb, ok := msg.(*kmsg.HeartbeatResponse)
+	return ok && (hb.ErrorCode == 0 || hb.ErrorCode == kerr.RebalanceInProgress.Code)
 }
 
 // reload drops the machine, whose state may be ahead of the store, and

@@ -38,6 +38,14 @@ import (
 var membersHold = flag.Duration("members-hold", time.Minute,
 	"how long BenchmarkMembersEvery3s keeps its members heartbeating once they are formed")
 
+// membersSide, if set, limits BenchmarkMembersBackToBack's measured rounds
+// to one side (groupd, kfake, floor-edge...), so that a profile of the run
+// is that side's alone and the clients':
+//
+//	go test ./internal/e2e -run '^$' -bench MembersBackToBack -count 1 -timeout 0 \
+//	  -cpuprofile cpu.out -blockprofile block.out -args -http-side=false -members-side groupd
+var membersSide = flag.String("members-side", "", "measure only this side in BenchmarkMembersBackToBack (for profiling)")
+
 const (
 	everyGroups    = 1000
 	everyGroupSize = 10
@@ -377,6 +385,12 @@ func BenchmarkMembersBackToBack(b *testing.B) {
 			s.cpu += cpuTime(b) - cpu
 		}
 	}
+	if *membersSide != "" {
+		targets = slices.DeleteFunc(targets, func(t benchTarget) bool { return t.name != *membersSide })
+		if len(targets) == 0 {
+			b.Fatalf("-members-side %q: no such side", *membersSide)
+		}
+	}
 	for _, t := range targets {
 		run(t.name, false) // warm up
 	}
@@ -402,6 +416,10 @@ func BenchmarkMembersBackToBack(b *testing.B) {
 		b.ReportMetric(float64(percentile(all, 99).Microseconds()), t.name+"-p99-us")
 		b.ReportMetric(float64(s.cpu.Microseconds())/beats, t.name+"-cpu-us/hb")
 	}
-	b.ReportMetric(rate["groupd"]/rate["kfake"], "ratio")
-	b.ReportMetric(rate["groupd"]/rate[floorSide.name], "floor-ratio")
+	if rate["groupd"] > 0 && rate["kfake"] > 0 {
+		b.ReportMetric(rate["groupd"]/rate["kfake"], "ratio")
+	}
+	if rate["groupd"] > 0 && rate[floorSide.name] > 0 {
+		b.ReportMetric(rate["groupd"]/rate[floorSide.name], "floor-ratio")
+	}
 }

@@ -56,6 +56,9 @@ type conn struct {
 	srv *Server
 	nc  net.Conn
 	fr  frameReader
+	// host is Request.ClientHost, set by the goroutine serving the
+	// connection at its first request.
+	host string
 
 	// stopping is set by stopReading; a reader waiting for reply room
 	// is woken to see it.
@@ -408,7 +411,11 @@ func (c *conn) serveRequest(frame []byte, start time.Time) (ok bool) {
 		c.observe(hdr, start, errStopped)
 		return false
 	}
-	resp, err := c.srv.cfg.Handler.Handle(c.srv.ctx, &Request{Header: hdr, Msg: req, Remote: c.nc.RemoteAddr(), Conn: c.id})
+	remote := c.nc.RemoteAddr()
+	if c.host == "" {
+		c.host = clientHost(remote)
+	}
+	resp, err := c.srv.cfg.Handler.Handle(c.srv.ctx, &Request{Header: hdr, Msg: req, Remote: remote, Conn: c.id, host: c.host})
 	c.respond(reply{hdr: hdr, resp: resp, err: err, start: start, weight: replyWeight(resp)})
 	return true
 }

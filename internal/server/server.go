@@ -50,6 +50,24 @@ type Request struct {
 	// Conn identifies the connection the request came on; no two
 	// connections of a Server share it.
 	Conn uint64
+	// host is ClientHost, formatted once per connection.
+	host string
+}
+
+// ClientHost is the client's address as Kafka reports it (DescribeGroups'
+// client host): "/" and the remote IP, or "" if the remote is not TCP.
+func (r *Request) ClientHost() string {
+	if r.host != "" {
+		return r.host
+	}
+	return clientHost(r.Remote)
+}
+
+func clientHost(remote net.Addr) string {
+	if tcp, ok := remote.(*net.TCPAddr); ok {
+		return "/" + tcp.IP.String()
+	}
+	return ""
 }
 
 // ConnCloser is implemented by a Handler that keeps state per connection
