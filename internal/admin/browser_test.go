@@ -110,6 +110,14 @@ func TestStatusPageInBrowser(t *testing.T) {
 			row := find(doc, withAttr("data-member", m.MemberID))
 			if len(row) != 1 || !strings.Contains(text(row[0]), m.ClientID) || !strings.Contains(text(row[0]), m.ClientHost) {
 				t.Errorf("group %q: member %s (%s) not shown with its client id and host", id, m.MemberID, m.ClientID)
+				continue
+			}
+			// A classic member inside a consumer group is marked.
+			badge := find(row[0], func(n *html.Node) bool {
+				return strings.Contains(getAttr(n, "class"), "badge") && text(n) == inspect.TypeClassic
+			})
+			if want := m.Protocol == inspect.TypeClassic; (len(badge) == 1) != want {
+				t.Errorf("group %q: member %s (protocol %q): classic badge shown %v, want %v", id, m.MemberID, m.Protocol, len(badge) == 1, want)
 			}
 		}
 		rs := src.rebalances[id]

@@ -252,10 +252,15 @@ func sampleSource(now time.Time) *fakeSource {
 		Offsets:      offsets("audit", 902_114, []int64{12_004, 11_870}, nil),
 	}, left)
 
+	// A consumer group in the middle of a migration: a consumer-protocol
+	// member beside a classic one.
 	d1 := member("dots", "/127.0.0.1", now, 400*time.Millisecond, tps("dots", 0))
+	d1.Protocol = inspect.TypeConsumer
+	d2 := member("dots-classic", "/127.0.0.2", now, 900*time.Millisecond)
+	d2.Protocol = inspect.TypeClassic
 	f.add(inspect.Group{
 		GroupSummary: inspect.GroupSummary{Group: dotsGroup, Type: inspect.TypeConsumer, State: "Stable", ProtocolType: "consumer", Protocol: "uniform", Generation: 2},
-		Members:      []inspect.Member{d1},
+		Members:      []inspect.Member{d1, d2},
 		Offsets:      offsets("dots", 10, []int64{1}, map[int32]string{0: d1.MemberID}),
 	}, rebalance(now, 9*time.Minute, 30*time.Millisecond, inspect.ProtocolConsumer, inspect.TriggerMemberJoined, ref(d1), 1))
 

@@ -35,6 +35,9 @@ const confluentLinePrefix = "groupd-member "
 
 type confluentMemberConfig struct {
 	Addr, Topic, Group, Member, Instance string
+	// Classic makes the member speak the classic protocol with the
+	// cooperative-sticky assignor instead of group.protocol=consumer.
+	Classic bool
 }
 
 func init() { startConfluentMember = startConfluentProcess }
@@ -49,11 +52,19 @@ type confluentMember struct {
 
 func startConfluentProcess(t *testing.T, addr, topic, group, member, instance string, tr *ownershipTracker) groupMember {
 	t.Helper()
+	return startConfluentChild(t, confluentMemberConfig{Addr: addr, Topic: topic, Group: group, Member: member, Instance: instance}, tr)
+}
+
+// startConfluentChild starts the child process that runs the member conf
+// describes and feeds its reports to tr.
+func startConfluentChild(t *testing.T, c confluentMemberConfig, tr *ownershipTracker) groupMember {
+	t.Helper()
+	member := c.Member
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf, err := json.Marshal(confluentMemberConfig{addr, topic, group, member, instance})
+	conf, err := json.Marshal(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,6 +192,14 @@ func runConfluentMember(conf confluentMemberConfig) error {
 	}
 	if conf.Instance != "" {
 		cm["group.instance.id"] = conf.Instance
+	}
+	if conf.Classic {
+		// Short heartbeats so that a classic member learns of a
+		// rebalance (REBALANCE_IN_PROGRESS) within a second.
+		cm["group.protocol"] = "classic"
+		cm["partition.assignment.strategy"] = "cooperative-sticky"
+		cm["session.timeout.ms"] = int(groupSession / time.Millisecond)
+		cm["heartbeat.interval.ms"] = int(groupHeartbeat / time.Millisecond)
 	}
 	c, err := kafka.NewConsumer(&cm)
 	if err != nil {

@@ -1,8 +1,10 @@
 package group
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/groupd/groupd/internal/group/consumer"
@@ -43,9 +45,79 @@ type Config struct {
 	// seed that differs per load (see SeededMemberIDs). The machine retries
 	// if the id is already in use in the group.
 	NewMemberID func(prefix string) string
+	// MigrationPolicy is group.consumer.migration.policy: whether a
+	// non-empty group may change between the classic and the consumer
+	// protocol while it runs. "" means bidirectional.
+	MigrationPolicy MigrationPolicy
 	// Consumer configures the consumer (KIP-848) groups. Its
-	// CommittedOffset is the machine's own.
+	// CommittedOffset and Downgrade are the machine's own.
 	Consumer consumer.Config
+}
+
+// MigrationPolicy is Kafka's group.consumer.migration.policy. Empty groups
+// change type whatever it says.
+type MigrationPolicy string
+
+// The migration policies.
+const (
+	// MigrationBidirectional allows both directions (Kafka's default).
+	MigrationBidirectional MigrationPolicy = "bidirectional"
+	// MigrationUpgrade lets a classic group become a consumer group when
+	// a consumer-protocol member joins it.
+	MigrationUpgrade MigrationPolicy = "upgrade"
+	// MigrationDowngrade lets a consumer group become classic when its
+	// last consumer-protocol member leaves.
+	MigrationDowngrade MigrationPolicy = "downgrade"
+	// MigrationDisabled converts only empty groups.
+	MigrationDisabled MigrationPolicy = "disabled"
+)
+
+// String returns the policy's name ("" reads as bidirectional).
+func (p MigrationPolicy) String() string {
+	if p == "" {
+		return string(MigrationBidirectional)
+	}
+	return string(p)
+}
+
+// Set parses a policy, case-insensitively as Kafka does; it makes the type
+// a command-line flag value.
+func (p *MigrationPolicy) Set(s string) error {
+	v := MigrationPolicy(strings.ToLower(strings.TrimSpace(s)))
+	if err := v.validate(); err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+// Type names the flag value's type.
+func (p *MigrationPolicy) Type() string { return "policy" }
+
+func (p MigrationPolicy) validate() error {
+	switch p {
+	case "", MigrationBidirectional, MigrationUpgrade, MigrationDowngrade, MigrationDisabled:
+		return nil
+	}
+	return fmt.Errorf("group.consumer.migration.policy: unknown policy %q (bidirectional, upgrade, downgrade, disabled)", string(p))
+}
+
+// UpgradeEnabled reports whether a non-empty classic group may become a
+// consumer group.
+func (p MigrationPolicy) UpgradeEnabled() bool {
+	return p == "" || p == MigrationBidirectional || p == MigrationUpgrade
+}
+
+// DowngradeEnabled reports whether a non-empty consumer group may become
+// a classic group.
+func (p MigrationPolicy) DowngradeEnabled() bool {
+	return p == "" || p == MigrationBidirectional || p == MigrationDowngrade
+}
+
+// Validate checks the settings as Kafka does when the broker starts: the
+// migration policy and the consumer groups' settings.
+func (c Config) Validate() error {
+	return errors.Join(c.MigrationPolicy.validate(), c.Consumer.Validate())
 }
 
 // DefaultConfig returns Kafka 4.3's defaults.

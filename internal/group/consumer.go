@@ -20,12 +20,18 @@ import (
 // created when the consumer machine creates the group and removed when the
 // group is deleted.
 //
-// Until that migration is served, a classic request for a consumer group
-// and a ConsumerGroupHeartbeat for a classic group get Kafka's errors, and
-// only an empty group changes type: a ConsumerGroupHeartbeat joining an
-// empty classic group, or a JoinGroup joining an empty consumer group,
-// deletes the old group's records (as Kafka's maybeDeleteEmptyClassicGroup
-// and maybeDeleteEmptyConsumerGroup do) and keeps its offsets.
+// An empty group changes type whatever the migration policy says: a
+// ConsumerGroupHeartbeat joining an empty classic group, or a JoinGroup
+// joining an empty consumer group, deletes the old group's records (as
+// Kafka's maybeDeleteEmptyClassicGroup and maybeDeleteEmptyConsumerGroup
+// do) and keeps its offsets. A non-empty group changes type online, as the
+// policy allows: a consumer-protocol member joining a classic group
+// converts it (upgrade), classic members go on inside the consumer group
+// (package consumer serves their JoinGroup, SyncGroup, Heartbeat and
+// LeaveGroup), and the group turns classic again when its last
+// consumer-protocol member leaves (downgrade). Either conversion writes
+// the old type's tombstones and the new type's records in one Output, so
+// a restart finds one type or the other.
 
 // stepConsumer steps the consumer machine and takes its effects into this
 // step's.
@@ -51,6 +57,9 @@ func (m *Machine) absorb(out consumer.Output) {
 			m.keepConsumerRebalance(g, r)
 		}
 	}
+	for _, d := range out.Downgrades {
+		m.downgrade(d)
+	}
 }
 
 // consumerHeartbeat serves ConsumerGroupHeartbeat.
@@ -67,8 +76,12 @@ func (m *Machine) consumerHeartbeat(r Request, req *kmsg.ConsumerGroupHeartbeatR
 		m.reply(r.ID, bad)
 		return
 	}
-	if req.MemberEpoch != 0 || !g.classicEmpty() {
+	if req.MemberEpoch != 0 {
 		m.reply(r.ID, consumer.NotConsumerGroup(req))
+		return
+	}
+	if !g.classicEmpty() {
+		m.upgrade(g, creq, req)
 		return
 	}
 	// A join takes over an empty classic group, but only if it
@@ -78,6 +91,131 @@ func (m *Machine) consumerHeartbeat(r Request, req *kmsg.ConsumerGroupHeartbeatR
 		m.retype(g, true)
 	}
 	m.absorb(out)
+}
+
+// upgrade converts a non-empty classic group into a consumer group for a
+// joining consumer-protocol member, if Kafka would (validateOnlineUpgrade):
+// the policy allows it, the group uses the consumer protocol, and it fits
+// group.consumer.max.size. Refused, the member is told the group is not a
+// consumer group (or, when the group would be full with it, so).
+func (m *Machine) upgrade(g *group, creq consumer.Request, req *kmsg.ConsumerGroupHeartbeatRequest) {
+	maxSize := m.cons.Config().MaxSize
+	if !m.cfg.MigrationPolicy.UpgradeEnabled() || g.protocolType != consumerProtocolType || len(g.members) > maxSize {
+		m.reply(creq.ID, consumer.NotConsumerGroup(req))
+		return
+	}
+	if len(g.members) >= maxSize && (req.MemberID == "" || g.members[req.MemberID] == nil) {
+		// Kafka converts and then finds the group full; the refusal
+		// discards the conversion.
+		m.reply(creq.ID, consumer.GroupFull(req, maxSize))
+		return
+	}
+	u := consumer.Upgrade{Group: g.id, Generation: g.generation, Protocol: g.protocol, Heartbeat: creq}
+	for _, mem := range g.sortedMembers() {
+		u.Members = append(u.Members, classicMember(mem))
+	}
+	out := m.cons.Step(m.now, u)
+	if !m.cons.Has(g.id) {
+		m.absorb(out) // the refusal
+		return
+	}
+	// Kafka's convertToConsumerGroup: members waiting in a join or sync
+	// rejoin the consumer group.
+	for _, mem := range g.sortedMembers() {
+		if mem.join != nil {
+			m.replyJoinError(mem.join, errRebalanceInProgress, mem.id)
+			g.setJoin(mem, nil)
+		}
+		if mem.sync != nil {
+			m.replySyncError(mem.sync, errRebalanceInProgress)
+			mem.sync = nil
+		}
+	}
+	if g.cur != nil {
+		m.closeRebalance(g, consumer.TriggerUpgrade)
+	}
+	m.handOver(g, true)
+	m.absorb(out)
+}
+
+// classicMember describes a classic member for the conversion.
+func classicMember(mem *member) consumer.ClassicMember {
+	cm := consumer.ClassicMember{
+		ID: mem.id, InstanceID: mem.instanceID, ClientID: mem.clientID, ClientHost: mem.clientHost,
+		RebalanceTimeoutMs: int32(mem.rebalance / time.Millisecond),
+		SessionTimeoutMs:   int32(mem.session / time.Millisecond),
+		Assignment:         mem.assignment,
+	}
+	for _, p := range mem.protocols {
+		cm.Protocols = append(cm.Protocols, consumer.ClassicProtocol{Name: p.name, Metadata: p.metadata})
+	}
+	return cm
+}
+
+// downgrade rebuilds a consumer group that the consumer machine turned
+// back into a classic one (Kafka's convertToClassicGroup): a Stable group
+// at the consumer group's epoch, the members' current assignments as
+// their classic ones, followed by a rebalance unless a static member's
+// replacement caused it. Offsets and history stay with the id.
+func (m *Machine) downgrade(d consumer.Downgrade) {
+	old := m.groups[d.Group]
+	if old == nil {
+		return
+	}
+	g := newGroup(d.Group, m.now)
+	g.offsets, g.history, g.nextSeq = old.offsets, old.history, old.nextSeq
+	g.state, g.prevState = Stable, CompletingRebalance
+	g.generation = d.Generation
+	for _, cm := range d.Members {
+		mem := &member{
+			id: cm.ID, instanceID: cm.InstanceID, clientID: cm.ClientID, clientHost: cm.ClientHost,
+			session:      time.Duration(cm.SessionTimeoutMs) * time.Millisecond,
+			rebalance:    time.Duration(cm.RebalanceTimeoutMs) * time.Millisecond,
+			protocolType: consumerProtocolType,
+			assignment:   cm.Assignment,
+			received:     cm.Assignment,
+			receivedGen:  d.Generation,
+			lastSeen:     m.now,
+			joinedAt:     m.now,
+		}
+		for _, p := range cm.Protocols {
+			mem.protocols = append(mem.protocols, protocol{name: p.Name, metadata: p.Metadata})
+		}
+		g.add(mem)
+		m.schedule(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: mem.id}, mem.session)
+	}
+	g.protocolType = consumerProtocolType
+	g.protocol = g.selectProtocol()
+	g.computeSubscribedTopics()
+	m.groups[g.id] = g
+	m.record(m.metadataRecord(g, nil))
+	if d.Joined != "" {
+		// The static member whose join made the group classic was told
+		// its own first protocol; it must sync with the group's (Kafka
+		// tells it its own, and a member preferring another protocol
+		// than the group chose would then be refused its SyncGroup).
+		for _, r := range m.out.Replies {
+			if jr, ok := r.Msg.(*kmsg.JoinGroupResponse); ok && jr.ErrorCode == 0 && jr.MemberID == d.Joined {
+				jr.Protocol = optStr(g.protocol)
+			}
+		}
+	}
+	rebalance := d.Rebalance
+	for _, mem := range g.sortedMembers() {
+		// Inside the consumer group each classic member was told its
+		// own first protocol; one told another than the group's must
+		// rejoin to learn it, even where Kafka does not rebalance.
+		if mem.id != d.Joined && len(mem.protocols) > 0 && mem.protocols[0].name != g.protocol {
+			rebalance = true
+		}
+	}
+	if rebalance {
+		var who *member
+		if c := d.Cause; c != nil {
+			who = &member{id: c.MemberID, instanceID: c.InstanceID, clientID: c.ClientID, clientHost: c.ClientHost}
+		}
+		m.prepareRebalance(g, reason{trigger: consumer.TriggerDowngrade, who: who})
+	}
 }
 
 // classicEmpty reports whether a classic group has no members, so its id
@@ -90,10 +228,16 @@ func (g *group) classicEmpty() bool {
 // group's records are deleted, its offsets and rebalance history stay with
 // the id.
 func (m *Machine) retype(g *group, toConsumer bool) {
+	if toConsumer && g.cur != nil {
+		m.closeRebalance(g, "empty")
+	}
+	m.handOver(g, toConsumer)
+}
+
+// handOver deletes a group's records and gives its id, offsets and
+// rebalance history to a group of the other type.
+func (m *Machine) handOver(g *group, toConsumer bool) {
 	if toConsumer {
-		if g.cur != nil {
-			m.closeRebalance(g, "empty")
-		}
 		m.timers.CancelGroup(g.id)
 		m.record(Record{Type: RecordGroupMetadata, Group: g.id})
 	} else {
@@ -107,9 +251,9 @@ func (m *Machine) retype(g *group, toConsumer bool) {
 
 // classicJoinToConsumerGroup answers a JoinGroup for a consumer group. An
 // empty consumer group gives its id to the classic group the join creates
-// (it reports true, and the join goes on); otherwise the join is refused
-// as Kafka refuses a member whose protocols the group cannot take.
-func (m *Machine) classicJoinToConsumerGroup(g *group, p *parked, req *kmsg.JoinGroupRequest) bool {
+// (it reports true, and the join goes on); otherwise the member joins the
+// consumer group speaking the classic protocol.
+func (m *Machine) classicJoinToConsumerGroup(g *group, r Request, p *parked, req *kmsg.JoinGroupRequest) bool {
 	if m.cons.Members(g.id) == 0 {
 		if req.MemberID != "" {
 			m.replyJoinError(p, errUnknownMemberID, req.MemberID)
@@ -118,12 +262,14 @@ func (m *Machine) classicJoinToConsumerGroup(g *group, p *parked, req *kmsg.Join
 		m.retype(g, false)
 		return true
 	}
-	if m.cons.Full(g.id, req.MemberID) {
-		m.replyJoinError(p, errGroupMaxSizeReached, req.MemberID)
-		return false
-	}
-	m.replyJoinError(p, errInconsistentProtocol, req.MemberID)
+	m.stepConsumer(consumer.Request{ID: r.ID, ClientID: r.ClientID, ClientHost: r.ClientHost, Msg: req})
 	return false
+}
+
+// classicToConsumerGroup hands a SyncGroup, Heartbeat or LeaveGroup for a
+// consumer group to the consumer machine.
+func (m *Machine) classicToConsumerGroup(r Request) {
+	m.stepConsumer(consumer.Request{ID: r.ID, ClientID: r.ClientID, ClientHost: r.ClientHost, Msg: r.Msg})
 }
 
 // consumerDescribe serves ConsumerGroupDescribe.
@@ -293,3 +439,66 @@ type ReplayError struct{ Err error }
 func (e *ReplayError) Error() string { return "group records contradict each other: " + e.Err.Error() }
 
 func (e *ReplayError) Unwrap() error { return e.Err }
+
+// checkCoverage notes whether a group loaded Stable has persisted
+// assignments that give a subscribed partition to nobody, with no member
+// reporting it still owns it (a cooperative group withholds such
+// partitions). Only a downgrade writes such a record, and the rebalance
+// that follows it lives in memory: a coordinator reloaded before that
+// rebalance ends would otherwise leave those partitions unconsumed, as no
+// member has a reason to rejoin. The group is loaded as it was persisted,
+// Stable; its members' next JoinGroup, SyncGroup or Heartbeat starts the
+// rebalance (resumeRebalance). It waits for the topics to be known.
+func (m *Machine) checkCoverage(g *group) {
+	if m.topics == nil {
+		return
+	}
+	g.coverageUnchecked = false
+	if g.state != Stable || !g.subscribedKnown || len(g.subscribed) == 0 {
+		return
+	}
+	held := map[topicPartition]bool{}
+	for _, mem := range g.sortedMembers() {
+		var a kmsg.ConsumerMemberAssignment
+		if a.ReadFrom(mem.assignment) != nil {
+			return // not ours to judge
+		}
+		for _, t := range a.Topics {
+			for _, p := range t.Partitions {
+				held[topicPartition{t.Topic, p}] = true
+			}
+		}
+		var md kmsg.ConsumerMemberMetadata
+		if md.ReadFrom(mem.metadataFor(g.protocol)) == nil {
+			for _, t := range md.OwnedPartitions {
+				for _, p := range t.Partitions {
+					held[topicPartition{t.Topic, p}] = true
+				}
+			}
+		}
+	}
+	for _, t := range m.topics {
+		if !g.subscribed[t.Name] {
+			continue
+		}
+		for p := range t.Partitions {
+			if !held[topicPartition{t.Name, p}] {
+				g.uncovered = true
+				return
+			}
+		}
+	}
+}
+
+// resumeRebalance starts the rebalance checkCoverage found missing, on the
+// first membership request to the group after its load.
+func (m *Machine) resumeRebalance(id string) {
+	g := m.groups[id]
+	if g == nil || !g.uncovered {
+		return
+	}
+	g.uncovered = false
+	if g.state == Stable {
+		m.prepareRebalance(g, reason{trigger: inspect.TriggerCoordinatorLoaded})
+	}
+}

@@ -1,6 +1,9 @@
 // Package group is the pure classic consumer-group state machine.
 //
-// A Machine holds the classic groups of one coordinator shard. It is stepped
+// A Machine holds the classic groups of one coordinator shard, and through
+// package consumer its consumer (KIP-848) groups; it converts a group
+// between the two while it runs, as group.consumer.migration.policy allows
+// (consumer.go). It is stepped
 // with (now, event) and returns an Output: replies to requests, records to
 // make durable, and changes to keyed deadlines. It starts no goroutines, reads
 // no clock, does no I/O and never depends on map iteration order, so the same

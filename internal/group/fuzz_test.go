@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/groupd/groupd/assign"
+	"github.com/groupd/groupd/internal/group/consumer"
 )
 
 // FuzzDecodeRecord checks that the record decoder never panics and that
@@ -15,6 +16,12 @@ func FuzzDecodeRecord(f *testing.F) {
 		Record{Type: RecordOffsetCommit, Group: "g", Topic: "t", Offset: &OffsetCommit{Offset: 1, ExpireTimestamp: -1}}.Value())
 	reb := Record{Type: RecordRebalance, Group: "g", Seq: 3, Rebalance: sampleRebalance()}
 	f.Add(reb.Key(), reb.Value())
+	// A classic member of a consumer group (after an upgrade).
+	classic := consumerRecord(consumer.Record{Type: consumer.RecordMemberMetadata, Group: "g", Member: "m",
+		MemberMetadata: &consumer.MemberMetadata{ClientID: "c", SubscribedTopicNames: []string{"t"}, RebalanceTimeoutMs: 60000,
+			Classic: &consumer.ClassicMemberMetadata{SessionTimeoutMs: 10000,
+				SupportedProtocols: []consumer.ClassicProtocol{{Name: "range", Metadata: []byte{0, 0, 0, 0, 0, 1, 0, 1, 't', 0, 0, 0, 0}}}}}})
+	f.Add(classic.Key(), classic.Value())
 	f.Fuzz(func(t *testing.T, key, value []byte) {
 		r, err := DecodeRecord(key, value)
 		if err != nil {

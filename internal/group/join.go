@@ -78,7 +78,7 @@ func (m *Machine) joinGroup(r Request, req *kmsg.JoinGroupRequest) {
 	g := m.groups[req.Group]
 	isNewGroup := false
 	if g != nil && g.consumer {
-		if !m.classicJoinToConsumerGroup(g, p, req) {
+		if !m.classicJoinToConsumerGroup(g, r, p, req) {
 			return
 		}
 		g, isNewGroup = m.groups[req.Group], true

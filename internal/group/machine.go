@@ -247,6 +247,10 @@ type group struct {
 	orphans  map[topicPartition]orphan
 	departed []departure
 	loadedAt time.Time
+	// coverageUnchecked marks a group loaded Stable whose assignments
+	// have not yet been checked against the topics, and uncovered one
+	// whose assignments leave a partition to nobody (checkCoverage).
+	coverageUnchecked, uncovered bool
 }
 
 func newGroup(id string, now time.Time) *group {
@@ -561,6 +565,7 @@ func New(cfg Config) *Machine {
 	}
 	ccfg := m.cfg.Consumer
 	ccfg.CommittedOffset = m.committedOffset
+	ccfg.Downgrade = consumer.DowngradePolicy{Allowed: m.cfg.MigrationPolicy.DowngradeEnabled(), MaxSize: m.cfg.MaxGroupSize}
 	m.cons = consumer.New(ccfg)
 	return m
 }
@@ -584,6 +589,11 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 		m.expireOffsets()
 	case TopicsChanged:
 		m.topics = ev.Topics
+		for _, id := range m.Groups() {
+			if g := m.groups[id]; g.coverageUnchecked {
+				m.checkCoverage(g)
+			}
+		}
 		m.stepConsumer(consumer.TopicsChanged{Topics: ev.Topics})
 	case Unload:
 		m.unload()
@@ -639,10 +649,13 @@ func (m *Machine) Deadlines() []TimerUpdate {
 func (m *Machine) request(r Request) {
 	switch req := r.Msg.(type) {
 	case *kmsg.JoinGroupRequest:
+		m.resumeRebalance(req.Group)
 		m.joinGroup(r, req)
 	case *kmsg.SyncGroupRequest:
+		m.resumeRebalance(req.Group)
 		m.syncGroup(r, req)
 	case *kmsg.HeartbeatRequest:
+		m.resumeRebalance(req.Group)
 		m.heartbeat(r, req)
 	case *kmsg.LeaveGroupRequest:
 		m.leaveGroup(r, req)

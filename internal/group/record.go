@@ -472,7 +472,10 @@ func (m *Machine) Replay(now time.Time, recs []Record) (Output, error) {
 		}
 		if len(g.members) > m.cfg.MaxGroupSize {
 			m.prepareRebalance(g, reason{trigger: inspect.TriggerGroupOversized})
+			continue
 		}
+		g.coverageUnchecked = true
+		m.checkCoverage(g)
 	}
 	m.absorb(consOut)
 	if m.topics != nil {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/groupd/groupd/internal/group/core"
 	"github.com/groupd/groupd/internal/inspect"
 )
 
@@ -37,7 +38,7 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 		return
 	}
 	if g.consumer {
-		m.replySyncError(p, m.cons.ClassicMemberError(g.id, req.MemberID, instanceID))
+		m.classicToConsumerGroup(r)
 		return
 	}
 	if code := g.validateMember(req.MemberID, instanceID); code != 0 {
@@ -54,7 +55,7 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 	// Only compared once the group has chosen; before that Kafka's
 	// group-side values are null.
 	if (req.ProtocolType != nil && g.protocolType != "" && *req.ProtocolType != g.protocolType) ||
-		(req.Protocol != nil && g.protocol != "" && *req.Protocol != g.protocol) {
+		(req.Protocol != nil && g.protocol != "" && *req.Protocol != g.protocol && !g.toldOtherProtocol()) {
 		m.replySyncError(p, errInconsistentProtocol)
 		return
 	}
@@ -113,6 +114,10 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 }
 
 func (m *Machine) heartbeat(r Request, req *kmsg.HeartbeatRequest) {
+	if g := m.groups[req.Group]; g != nil && g.consumer {
+		m.classicToConsumerGroup(r)
+		return
+	}
 	resp := kmsg.NewPtrHeartbeatResponse()
 	resp.Version = req.Version
 	defer m.reply(r.ID, resp)
@@ -127,10 +132,6 @@ func (m *Machine) heartbeat(r Request, req *kmsg.HeartbeatRequest) {
 	g := m.groups[req.Group]
 	if g == nil {
 		resp.ErrorCode = errUnknownMemberID
-		return
-	}
-	if g.consumer {
-		resp.ErrorCode = m.cons.ClassicMemberError(g.id, req.MemberID, instanceID)
 		return
 	}
 	if code := g.validateMember(req.MemberID, instanceID); code != 0 {
@@ -166,6 +167,10 @@ func (m *Machine) heartbeat(r Request, req *kmsg.HeartbeatRequest) {
 }
 
 func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
+	if g := m.groups[req.Group]; g != nil && g.consumer {
+		m.classicToConsumerGroup(r)
+		return
+	}
 	resp := kmsg.NewPtrLeaveGroupResponse()
 	resp.Version = req.Version
 	defer m.reply(r.ID, resp)
@@ -174,12 +179,7 @@ func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
 		return
 	}
 
-	members := req.Members
-	if req.Version < 3 {
-		lm := kmsg.NewLeaveGroupRequestMember()
-		lm.MemberID = req.MemberID
-		members = []kmsg.LeaveGroupRequestMember{lm}
-	}
+	members := core.LeaveMembers(req)
 	g := m.groups[req.Group]
 	// As in Kafka's classicGroupLeave, each entry is answered against the
 	// group as the entries before it left it (a member named twice is
@@ -203,8 +203,6 @@ func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
 		switch {
 		case g == nil:
 			res.ErrorCode = errUnknownMemberID
-		case g.consumer:
-			res.ErrorCode = m.cons.ClassicMemberError(g.id, lm.MemberID, instanceID)
 		case lm.MemberID == "" && instanceID != "":
 			// Admin removal of a static member by instance id.
 			if id, ok := g.static[instanceID]; ok {
@@ -265,3 +263,17 @@ func (m *Machine) leaveGroup(r Request, req *kmsg.LeaveGroupRequest) {
 // Kafka's admin client sends to remove members, whether it names them by
 // instance id or by member id. A member leaving by itself says otherwise.
 const adminLeaveReason = "removed by an admin"
+
+// toldOtherProtocol reports whether a SyncGroup naming a protocol other
+// than the group's may come from a member that did nothing wrong: inside a
+// consumer group each classic member is told its own first protocol (as in
+// Kafka), and the classic group a downgrade rebuilds chooses one by vote,
+// then rebalances. While the group rebalances the member is sent to rejoin
+// (REBALANCE_IN_PROGRESS, which the state switch answers), where its
+// protocols are checked again, instead of being refused for a choice it
+// never saw; Kafka refuses it with INCONSISTENT_GROUP_PROTOCOL. What the
+// member offered is not asked: a group loaded from its records knows only
+// the protocol it chose.
+func (g *group) toldOtherProtocol() bool {
+	return g.state == PreparingRebalance
+}

@@ -110,7 +110,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			HistorySize:            int(num("history", 0)),
 			StormWindow:            time.Duration(num("storm-window", 0)) * time.Millisecond,
 			StormCount:             int(num("storm-count", 0)),
+			MigrationPolicy:        MigrationPolicy(str("policy", "")),
 		}
+		cfg.Consumer.MaxSize = int(num("consumer-max-size", 0))
 		if has("no-initial-delay") {
 			cfg.InitialRebalanceDelay = -1
 		}
@@ -821,6 +823,9 @@ func fmtResponse(msg kmsg.Response) string {
 					ts = append(ts, fmt.Sprintf("%s%v", tp.Topic, tp.Partitions))
 				}
 				s += fmt.Sprintf("\n    %s epoch=%d assignment=%s", m.MemberID, m.MemberEpoch, strings.Join(ts, "+"))
+				if m.MemberType == 0 {
+					s += " classic"
+				}
 			}
 		}
 		return s
@@ -974,8 +979,16 @@ func fmtConsumerRecord(r Record) string {
 		return fmt.Sprintf("%s epoch=%d", key, c.GroupEpoch.Epoch)
 	case c.MemberMetadata != nil:
 		v := c.MemberMetadata
-		return fmt.Sprintf("%s instance=%q client=%s topics=%v regex=%q assignor=%q", key, v.InstanceID, v.ClientID,
+		s := fmt.Sprintf("%s instance=%q client=%s topics=%v regex=%q assignor=%q", key, v.InstanceID, v.ClientID,
 			v.SubscribedTopicNames, v.SubscribedTopicRegex, v.ServerAssignor)
+		if c := v.Classic; c != nil {
+			s += fmt.Sprintf(" classic(session=%d rebalance=%d", c.SessionTimeoutMs, v.RebalanceTimeoutMs)
+			for _, p := range c.SupportedProtocols {
+				s += fmt.Sprintf(" %s:%s", p.Name, fmtMetadata(p.Metadata))
+			}
+			s += ")"
+		}
+		return s
 	case c.Target != nil:
 		return fmt.Sprintf("%s %s", key, fmtParts(c.Target.Partitions))
 	case c.TargetEpoch != nil:

@@ -99,6 +99,11 @@ type Member struct {
 	LastHeartbeat      time.Time `json:"last_heartbeat"`
 	SessionTimeoutMs   int64     `json:"session_timeout_ms"`
 	RebalanceTimeoutMs int64     `json:"rebalance_timeout_ms"`
+	// Protocol is the group protocol the member speaks (TypeClassic or
+	// TypeConsumer), set in consumer groups only: while a group migrates
+	// between the protocols its classic members sit beside
+	// consumer-protocol ones. Every member of a classic group is classic.
+	Protocol string `json:"protocol,omitempty"`
 }
 
 // TopicPartitions is a set of partitions of one topic.

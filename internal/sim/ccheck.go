@@ -6,6 +6,7 @@ import (
 
 	"github.com/groupd/groupd/internal/group"
 	"github.com/groupd/groupd/internal/group/consumer"
+	"github.com/groupd/groupd/internal/inspect"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -90,6 +91,24 @@ type ccheck struct {
 }
 
 func (c *checker) addConsumerGroup(g *groupSpec) {
+	if g.mig != nil {
+		// A migrating group has the classic group checkers too
+		// (addGroup); each checks it while it is of its type.
+		c.mids = append(c.mids, g.id)
+		slices.Sort(c.mids)
+	} else {
+		c.addOffsetsOnly(g)
+	}
+	if c.cgroups == nil {
+		c.cgroups = map[string]*ccheck{}
+	}
+	c.cgroups[g.id] = &ccheck{spec: g, mem: cbook{}, dur: cbook{}}
+	c.cids = append(c.cids, g.id)
+	slices.Sort(c.cids)
+}
+
+// addOffsetsOnly adds a consumer group to the offset checkers.
+func (c *checker) addOffsetsOnly(g *groupSpec) {
 	// Offsets are kept and checked as a classic group's are; the group
 	// takes no part in the classic group checkers (c.ids).
 	c.groups[g.id] = &gcheck{
@@ -101,12 +120,6 @@ func (c *checker) addConsumerGroup(g *groupSpec) {
 		records:    map[int32]*group.GroupMetadata{},
 		lastAssign: map[string][]byte{},
 	}
-	if c.cgroups == nil {
-		c.cgroups = map[string]*ccheck{}
-	}
-	c.cgroups[g.id] = &ccheck{spec: g, mem: cbook{}, dur: cbook{}}
-	c.cids = append(c.cids, g.id)
-	slices.Sort(c.cids)
 }
 
 func (w *world) names(ts []consumer.TopicPartitions) []tp {
@@ -143,6 +156,8 @@ func (c *checker) afterConsumer(out group.Output) {
 		case consumer.RecordGroupEpoch:
 			prev, had := cc.mem.groupEpoch()
 			switch {
+			case r.GroupEpoch == nil && c.isMigrating(gr.Group) && c.w.groupType(gr.Group) == inspect.TypeClassic:
+				// Converted to a classic group.
 			case r.GroupEpoch == nil:
 				c.fail(ckCEpoch, "consumer group %s deleted; the simulation deletes no groups", gr.Group)
 			case had && r.GroupEpoch.Epoch != prev+1:
@@ -254,6 +269,10 @@ func (c *checker) onConsumerEpoch(p *process, epoch int32) {
 // member owns them. A process the coordinator no longer counts as a member
 // (fenced while it was paused, say) owns nothing anybody acknowledged.
 func (c *checker) onTake(p *process, added []tp) {
+	if c.isMigrating(p.g.id) {
+		c.onMigrateTake(p, added)
+		return
+	}
 	m := c.w.coord.machine(p.g.id)
 	if m == nil {
 		c.w.count("run.consumer-take-while-down")
@@ -312,7 +331,7 @@ func (c *checker) onLoadConsumer(why string) {
 			}
 		}
 		for _, p := range cc.spec.procs {
-			if !p.alive || p.cm.acked <= 0 {
+			if !p.alive || p.cm == nil || p.cm.acked <= 0 {
 				continue
 			}
 			c.count(ckCEpoch)
@@ -321,7 +340,9 @@ func (c *checker) onLoadConsumer(why string) {
 			}
 		}
 		cc.mem = maps.Clone(cc.dur)
-		c.checkOffsetsAfterLoad(id, st != consumer.Dead, why)
+		if !c.isMigrating(id) {
+			c.checkOffsetsAfterLoad(id, st != consumer.Dead, why)
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/groupd/groupd/assign"
 	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/inspect"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -64,10 +65,13 @@ type checker struct {
 
 	cgroups map[string]*ccheck // consumer groups
 	cids    []string
+
+	mids []string          // migrating groups (in ids and cids too)
+	mobs map[string]mstate // migrating groups after the last step or load
 }
 
 func newChecker(w *world) *checker {
-	return &checker{w: w, groups: map[string]*gcheck{}}
+	return &checker{w: w, groups: map[string]*gcheck{}, mobs: map[string]mstate{}}
 }
 
 func (c *checker) addGroup(g *groupSpec) {
@@ -117,6 +121,7 @@ type pre struct {
 	expect int16 // expected fencing error, when known
 	check  bool
 	group  string
+	mig    mpre // migrating groups
 }
 
 // reqFields extracts the identity fields a request carries, as the machine
@@ -150,6 +155,7 @@ func (c *checker) before(ev group.Event, from *process) pre {
 		s, g := c.state(id)
 		p.states[id] = stateGen{s, g}
 	}
+	p.mig = c.beforeMigrate()
 	req, ok := ev.(group.Request)
 	if !ok {
 		return p
@@ -158,7 +164,7 @@ func (c *checker) before(ev group.Event, from *process) pre {
 		c.beforeConsumer(req.Msg)
 	}
 	api, gid, memberID, instanceID, gen, ok := reqFields(req.Msg)
-	if !ok || c.groups[gid] == nil || c.cgroups[gid] != nil {
+	if !ok || c.groups[gid] == nil || c.cgroups[gid] != nil && (!c.isMigrating(gid) || p.mig[gid].typ != inspect.TypeClassic) {
 		return p
 	}
 	p.reqID, p.api, p.group = req.ID, api, gid
@@ -261,6 +267,11 @@ func (c *checker) after(ev group.Event, from *process, p pre, out group.Output) 
 		was := p.states[id]
 		gc.obs = stateGen{s, gen}
 		gc.maxObsGen = max(gc.maxObsGen, gen)
+		if gc.spec.mig != nil && (p.mig[id].typ != inspect.TypeClassic || c.w.groupType(id) != inspect.TypeClassic) {
+			// Not a classic group before or after the step: the
+			// migration checkers follow its type changes.
+			continue
+		}
 		if was.state == group.Dead && was.gen == -1 {
 			if s == group.Dead {
 				continue
@@ -332,6 +343,9 @@ func (c *checker) after(ev group.Event, from *process, p pre, out group.Output) 
 			}
 			gc.memOffsets[t] = r.Offset.Offset
 		case group.RecordGroupMetadata:
+			if r.Metadata == nil && gc.spec.mig != nil && c.w.groupType(r.Group) == inspect.TypeConsumer {
+				continue // converted to a consumer group
+			}
 			if r.Metadata == nil {
 				c.fail(ckTransition, "group %s: metadata deleted", r.Group)
 				continue
@@ -345,7 +359,12 @@ func (c *checker) after(ev group.Event, from *process, p pre, out group.Output) 
 				// it carries the old assignment over to the new member
 				// id, and only disjointness applies to it.
 				_, replaced := gc.records[r.Metadata.Generation]
-				c.checkAssignmentRecord(gc, r.Metadata, !replaced)
+				// A consumer group downgraded keeps its members'
+				// assignments, without what the last
+				// consumer-protocol member held, until the
+				// rebalance that follows (as in Kafka).
+				downgraded := p.mig[r.Group].typ == inspect.TypeConsumer
+				c.checkAssignmentRecord(gc, r.Metadata, !replaced && !downgraded)
 				gc.records[r.Metadata.Generation] = r.Metadata
 			}
 		}
@@ -353,6 +372,9 @@ func (c *checker) after(ev group.Event, from *process, p pre, out group.Output) 
 
 	if len(c.cids) > 0 {
 		c.afterConsumer(out)
+	}
+	if len(c.mids) > 0 {
+		c.afterMigrate(ev, p.mig)
 	}
 
 	for _, r := range out.Replies {
@@ -489,6 +511,13 @@ func (c *checker) checkAssignmentRecord(gc *gcheck, md *group.GroupMetadata, ful
 func (c *checker) onSyncDelivered(p *process, gen int32, assigned []tp) {
 	c.count(ckAssignDeliv)
 	gc := c.groups[p.g.id]
+	if gc.spec.mig != nil {
+		// Generations are member epochs inside a consumer group, and
+		// restart with an empty group's conversion: the ownership
+		// checker follows what each process holds instead.
+		c.onSyncMigrating(p, assigned)
+		return
+	}
 	who := p.memberID
 	if p.instanceID != "" {
 		who = p.instanceID
@@ -557,6 +586,7 @@ func sortedKeys[V any](m map[tp]V) []tp {
 // until onSettled notes the new one.
 func (c *checker) onDurable(recs []group.Record) {
 	c.onDurableConsumer(recs)
+	defer c.checkDurableType()
 	for _, r := range recs {
 		gc := c.groups[r.Group]
 		if gc == nil {
@@ -603,6 +633,7 @@ func (c *checker) onCrash() {
 	for _, id := range c.ids {
 		c.groups[id].obs = stateGen{group.Dead, -1}
 	}
+	clear(c.mobs)
 }
 
 // onLoad checks a freshly replayed machine against the durable model: the
@@ -612,11 +643,17 @@ func (c *checker) onCrash() {
 // back, and every committed offset is exactly the durable one (so no
 // acknowledged commit is lost).
 func (c *checker) onLoad(why string, ids []string) {
+	if len(c.mids) > 0 {
+		c.onLoadMigrate(why)
+	}
 	for _, id := range ids {
 		gc := c.groups[id]
 		s, gen := c.state(id)
 		c.count(ckRestart)
 		switch {
+		case gc.durMeta == nil && gc.spec.mig != nil && s == group.Empty && gen == 0:
+			// Known only by its offsets: an empty group, after a
+			// conversion, whose new type has no record yet.
 		case gc.durMeta == nil:
 			if s != group.Dead {
 				c.fail(ckRestart, "group %s: %s after %s, but nothing about it was durable", id, s, why)
@@ -647,7 +684,9 @@ func (c *checker) onLoad(why string, ids []string) {
 		if s != group.Dead && gen < gc.maxSyncGen {
 			c.fail(ckGeneration, "group %s: generation %d after %s, but members already received assignments of generation %d", id, gen, why, gc.maxSyncGen)
 		}
-		c.checkOffsetsAfterLoad(id, s != group.Dead, why)
+		if gc.spec.mig == nil {
+			c.checkOffsetsAfterLoad(id, s != group.Dead, why)
+		}
 		gc.obs = stateGen{s, gen}
 	}
 	c.checkStatic()

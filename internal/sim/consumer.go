@@ -10,6 +10,7 @@ import (
 
 	"github.com/groupd/groupd/internal/group"
 	"github.com/groupd/groupd/internal/group/consumer"
+	"github.com/groupd/groupd/internal/inspect"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -42,20 +43,21 @@ const (
 	MixClassic  Mix = iota // classic groups only
 	MixBoth                // classic groups and, for most seeds, a consumer group
 	MixConsumer            // consumer groups only
+	MixMigrate             // groups rolled between the protocols only
 )
 
 func (m Mix) String() string {
-	return [...]string{"classic", "both", "consumer"}[m]
+	return [...]string{"classic", "both", "consumer", "migrate"}[m]
 }
 
 // ParseMix reads a Mix by name.
 func ParseMix(s string) (Mix, error) {
-	for m := MixClassic; m <= MixConsumer; m++ {
+	for m := MixClassic; m <= MixMigrate; m++ {
 		if m.String() == s {
 			return m, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown mix %q (classic, both, consumer)", s)
+	return 0, fmt.Errorf("unknown mix %q (classic, both, consumer, migrate)", s)
 }
 
 // cparams are the consumer-protocol knobs a seed chooses.
@@ -102,6 +104,8 @@ func (w *world) setupConsumer() {
 	}
 	n := 1
 	switch {
+	case w.opts.Mix == MixMigrate:
+		n = 0
 	case w.opts.Mix == MixBoth && w.chance(0.3):
 		n = 0
 	case w.chance(0.25):
@@ -126,10 +130,7 @@ func (w *world) setupConsumer() {
 // createTopic adds a topic to a consumer group's topics and the broker's.
 func (w *world) createTopic(g *groupSpec) string {
 	name := fmt.Sprintf("%s.t%d", g.id, len(g.names))
-	n := int32(1 + w.intn(8))
-	if w.chance(0.1) {
-		n = int32(9 + w.intn(24))
-	}
+	n := w.drawPartitions()
 	g.topics[name] = n
 	g.names = append(g.names, name)
 	sort.Strings(g.names)
@@ -145,7 +146,7 @@ func (w *world) createTopic(g *groupSpec) string {
 func (w *world) brokerTopics() []group.Topic {
 	var out []group.Topic
 	for _, g := range w.groups {
-		if !g.consumer {
+		if !g.consumer && g.mig == nil {
 			continue
 		}
 		for _, n := range g.names {
@@ -258,11 +259,11 @@ func newConsumerProcess(w *world, g *groupSpec, id int, instanceID string) *proc
 	}
 	p.cm.names = g.names
 	for _, q := range g.procs {
-		if instanceID != "" && q.instanceID == instanceID {
+		if instanceID != "" && q.instanceID == instanceID && q.cm != nil {
 			p.cm.names, p.cm.regex, p.cm.version = q.cm.names, q.cm.regex, q.cm.version
 		}
 	}
-	if instanceID == "" && w.chance(0.3) {
+	if instanceID == "" && g.mig == nil && w.chance(0.3) {
 		p.cm.subscribe(p)
 	}
 	w.logf("new consumer process %s group=%s instance=%q v%d names=%v regex=%q assignor=%v rebalance=%v reqTimeout=%v",
@@ -574,6 +575,8 @@ func (p *process) cOnHeartbeat(req *kmsg.ConsumerGroupHeartbeatRequest, sent []t
 		c.full = true
 		p.backoff()
 		return
+	case p.migrateRefused(code):
+		return
 	default:
 		w.chk.unexpected(p, "ConsumerGroupHeartbeat", code)
 		return
@@ -695,8 +698,13 @@ func (w *world) consumerConverged(g *groupSpec, m *group.Machine) (bool, string)
 		if !ok {
 			return false, fmt.Sprintf("consumer group %s: process %s (member %q) is not a member", g.id, pr.name, pr.memberID)
 		}
-		c := pr.cm
-		if c.epoch != epoch || mem.MemberEpoch != epoch || c.target != nil || c.ackPending || pr.leaving {
+		if c := pr.cm; c == nil {
+			// A classic process inside a consumer group (a migrating
+			// group): synced at its member epoch, the group's.
+			if pr.state != psStable || pr.needRejoin || len(pr.revoking) > 0 || pr.leaving || pr.generation != epoch || mem.MemberEpoch != epoch {
+				return false, fmt.Sprintf("consumer group %s: classic process %s not settled (state %v gen %d/%d, member epoch %d, rejoin %v)", g.id, pr.name, pr.state, pr.generation, epoch, mem.MemberEpoch, pr.needRejoin)
+			}
+		} else if c.epoch != epoch || mem.MemberEpoch != epoch || c.target != nil || c.ackPending || pr.leaving {
 			return false, fmt.Sprintf("consumer group %s: process %s not settled (epoch %d/%d, member epoch %d)", g.id, pr.name, c.epoch, epoch, mem.MemberEpoch)
 		}
 		if got := w.assignmentTPs(mem.Assignment); !slices.Equal(got, pr.owned) {
@@ -708,7 +716,11 @@ func (w *world) consumerConverged(g *groupSpec, m *group.Machine) (bool, string)
 			}
 			owner[t] = pr.name
 		}
-		topics = append(topics, pr.subscribedTopics()...)
+		if pr.cm == nil {
+			topics = append(topics, pr.topics...)
+		} else {
+			topics = append(topics, pr.subscribedTopics()...)
+		}
 	}
 	slices.Sort(topics)
 	topics = slices.Compact(topics)
@@ -723,7 +735,7 @@ func (w *world) consumerConverged(g *groupSpec, m *group.Machine) (bool, string)
 // groupEpoch is a group's generation or, for a consumer group, its epoch.
 func (w *world) groupEpoch(g *groupSpec) int32 {
 	m := w.coord.machine(g.id)
-	if g.consumer {
+	if g.consumer || g.mig != nil && w.groupType(g.id) == inspect.TypeConsumer {
 		_, e := m.ConsumerGroupState(g.id)
 		return e
 	}

@@ -282,7 +282,7 @@ func (c *coordinator) flush() {
 			w.count("fault.store-fail-after-write")
 			c.st.FailNextAfterWrite(errInjected)
 		}
-		err := c.st.Apply(w.opts.Bugs.filter(recs))
+		err := c.st.Apply(w.storeFilter(recs))
 		if err == nil || mode == 2 {
 			w.chk.onDurable(recs)
 			w.chk.onSettled()

@@ -47,6 +47,15 @@
 // owned once the group is quiet. The classic mix replays the traces the
 // simulator had before consumer groups.
 //
+// Migrating groups (migrate.go; in the both mix and alone with MixMigrate)
+// are rolled between the protocols while they run: a roller replaces
+// classic processes one at a time by consumer-protocol ones, so the
+// coordinator upgrades the group online, and may roll it back, so it
+// downgrades. Their checkers follow the group's type and hold across
+// conversions: one view of who holds each partition whatever protocol its
+// process speaks, type changes only as the migration rules allow, epochs
+// carried over an online conversion, the durable type after a restart.
+//
 // Harness switches (Bugs) deliberately break the runtime contract so tests
 // can show that each checker actually fires.
 package sim

@@ -77,6 +77,8 @@ type groupSpec struct {
 	// consumer marks a consumer (KIP-848) group; its topics are the
 	// broker's and may grow.
 	consumer bool
+	// mig is set for a group rolled between the protocols (migrate.go).
+	mig *migration
 }
 
 // partitions returns every partition of the given topics, sorted.
@@ -139,23 +141,14 @@ func (w *world) setup() {
 	w.chk = newChecker(w)
 
 	ngroups := 1
-	if w.opts.Mix == MixConsumer {
+	if w.opts.Mix == MixConsumer || w.opts.Mix == MixMigrate {
 		ngroups = 0
 	} else if w.chance(0.3) {
 		ngroups = 2
 	}
 	for i := range ngroups {
 		g := &groupSpec{id: fmt.Sprintf("g%d", i), topics: map[string]int32{}}
-		for t := range 1 + w.intn(3) {
-			name := fmt.Sprintf("%s.t%d", g.id, t)
-			n := int32(1 + w.intn(8))
-			if w.chance(0.1) {
-				n = int32(9 + w.intn(24))
-			}
-			g.topics[name] = n
-			g.names = append(g.names, name)
-		}
-		sort.Strings(g.names)
+		w.drawTopics(g)
 		g.configs = pick(w, protocolConfigs)
 		g.staticP = pick(w, []float64{0, 0, 0.5, 1})
 		w.groups = append(w.groups, g)
@@ -164,15 +157,22 @@ func (w *world) setup() {
 	if w.opts.Mix != MixClassic {
 		w.setupConsumer()
 	}
+	if w.opts.Mix == MixMigrate || w.opts.Mix == MixBoth && w.chance(0.15) {
+		w.setupMigrating()
+	}
 	w.logf("setup faultPhase=%v net=[%v,%v] slow=%.3f/%v loss=%.3f groupCommit=%v flush=%v storeFail=%.3f faultGap=%v weights=%v initialDelay=%v",
 		p.faultPhase, p.netMin, p.netMax, p.slowP, p.slowMax, p.lossP, p.groupCommit, p.flushMax, p.storeFailP, p.faultGap, p.weights, p.initialDelay)
 	if w.opts.Mix != MixClassic {
 		w.logf("consumer session=%v heartbeat=%v weights=%v", w.cp.session, w.cp.hb, w.cp.weights)
 	}
 	for _, g := range w.groups {
-		if g.consumer {
+		switch {
+		case g.consumer:
 			w.logf("consumer group %s topics=%v static=%.1f", g.id, g.topics, g.staticP)
-		} else {
+		case g.mig != nil:
+			w.logf("migrating group %s topics=%v configs=%v static=%.1f passes=%d", g.id, g.topics, g.configs, g.staticP, g.mig.maxPasses)
+			w.startRoll(g)
+		default:
 			w.logf("group %s topics=%v configs=%v static=%.1f", g.id, g.topics, g.configs, g.staticP)
 		}
 		for range 1 + w.intn(5) {
@@ -186,9 +186,32 @@ func (w *world) setup() {
 	w.at(w.quietAt, w.enterQuiet)
 }
 
+// drawPartitions draws a topic's partition count: mostly a few, now and
+// then many.
+func (w *world) drawPartitions() int32 {
+	n := int32(1 + w.intn(8))
+	if w.chance(0.1) {
+		n = int32(9 + w.intn(24))
+	}
+	return n
+}
+
+// drawTopics gives a classic (or migrating) group one to three topics.
+func (w *world) drawTopics(g *groupSpec) {
+	for t := range 1 + w.intn(3) {
+		name := fmt.Sprintf("%s.t%d", g.id, t)
+		g.topics[name] = w.drawPartitions()
+		g.names = append(g.names, name)
+	}
+	sort.Strings(g.names)
+}
+
 // newProcess creates a client process of g. A non-empty instance id makes
 // it static with that id (a restart or a second process sharing the id).
 func (w *world) newProcess(g *groupSpec, instanceID string) *process {
+	if g.mig != nil {
+		return w.newProcessKind(g, instanceID, g.mig.toConsumer, nil)
+	}
 	if instanceID == "" && w.chance(g.staticP) {
 		instanceID = fmt.Sprintf("%s-i%d", g.id, g.nextStatic)
 		g.nextStatic++
@@ -199,6 +222,12 @@ func (w *world) newProcess(g *groupSpec, instanceID string) *process {
 	} else {
 		pr = newProcess(w, g, len(w.procs), instanceID, pick(w, g.configs))
 	}
+	return w.register(g, pr)
+}
+
+// register adds a new process to the run and its group, and its timeouts
+// to the liveness bound.
+func (w *world) register(g *groupSpec, pr *process) *process {
 	w.procs = append(w.procs, pr)
 	g.procs = append(g.procs, pr)
 	w.p.maxSession = max(w.p.maxSession, pr.session)
@@ -288,7 +317,7 @@ func (w *world) injectFault() {
 			return
 		}
 		pr := pick(w, statics)
-		if g.consumer && w.chance(0.7) {
+		if (g.consumer || pr.cm != nil) && w.chance(0.7) {
 			// A consumer-protocol static member restarting cleanly
 			// leaves with -2, so its next incarnation takes its place.
 			pr.close()
@@ -355,6 +384,11 @@ func (w *world) enterQuiet() {
 	for _, pr := range w.procs {
 		if pr.paused {
 			pr.resume()
+		}
+	}
+	for _, g := range w.groups {
+		if g.mig != nil {
+			w.finishRoll(g)
 		}
 	}
 	w.deadline = w.now.Add(w.livenessBound())
@@ -442,18 +476,36 @@ func (w *world) converged() (bool, string) {
 		if c.machine(g.id) == nil {
 			return false, fmt.Sprintf("group %s: its shard is loading", g.id)
 		}
-		if g.consumer {
-			if ok, why := w.consumerConverged(g, c.machine(g.id)); !ok {
-				return false, why
-			}
-			continue
+		var ok bool
+		var why string
+		switch {
+		case g.consumer:
+			ok, why = w.consumerConverged(g, c.machine(g.id))
+		case g.mig != nil:
+			ok, why = w.migratingConverged(g, live)
+		default:
+			ok, why = w.classicConverged(g, live)
 		}
+		if !ok {
+			return false, why
+		}
+	}
+	return true, ""
+}
+
+// classicConverged reports whether a classic group is Stable with exactly
+// its live processes as members, all synced to the current generation,
+// owning disjoint partitions that cover every subscribed partition; or
+// Empty when no process is left.
+func (w *world) classicConverged(g *groupSpec, live []*process) (bool, string) {
+	c := w.coord
+	{
 		st, gen := c.machine(g.id).GroupState(g.id)
 		if len(live) == 0 {
 			if st != group.Empty && st != group.Dead {
 				return false, fmt.Sprintf("group %s has no processes but is %s", g.id, st)
 			}
-			continue
+			return true, ""
 		}
 		if st != group.Stable {
 			return false, fmt.Sprintf("group %s is %s (generation %d)", g.id, st, gen)

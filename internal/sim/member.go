@@ -128,6 +128,12 @@ type process struct {
 	lastAssigned []tp // for the eager sticky assignor's user data
 	lastGen      int32
 	revoking     []tp
+	kept         []tp // revoked but still consumed (Bugs.ClassicKeepRevoked)
+	// fencedHeld is what the process held when the coordinator of its
+	// migrating group last dropped its member: a zombie's claims, lost
+	// to the group, which it keeps until it lets them go or takes them
+	// again, even if it rejoins under the same member id.
+	fencedHeld   map[tp]bool
 	positions    map[tp]int64
 	committed    map[tp]int64
 	unpositioned map[tp]bool
@@ -341,6 +347,7 @@ func (p *process) kick() {
 				delete(p.positions, t)
 				delete(p.committed, t)
 			}
+			p.keepRevoked(revoking)
 			p.revoking = nil
 			p.needRejoin = true
 		})
@@ -410,6 +417,7 @@ func (p *process) hasProgress() bool {
 
 func (p *process) revokeAll() {
 	p.logf("revoke all %s", fmtTPs(p.owned))
+	p.keepRevoked(p.owned)
 	p.owned = nil
 	p.positions = map[tp]int64{}
 	p.committed = map[tp]int64{}
@@ -425,7 +433,7 @@ func (p *process) reset(clearID bool, why string) {
 		p.memberID = ""
 	}
 	p.generation = -1
-	p.owned, p.lastAssigned, p.revoking = nil, nil, nil
+	p.owned, p.lastAssigned, p.revoking, p.kept = nil, nil, nil, nil
 	p.lastGen = -1
 	p.positions = map[tp]int64{}
 	p.committed = map[tp]int64{}
@@ -581,6 +589,8 @@ func (p *process) onJoin(resp *kmsg.JoinGroupResponse) {
 		return
 	case code == kerr.FencedInstanceID.Code:
 		p.fenced("join")
+		return
+	case p.migrateRefused(code):
 		return
 	case code == kerr.InconsistentGroupProtocol.Code:
 		// Fatal in clients. It happens when a member offers none of

@@ -628,7 +628,7 @@ func (g *gatedStore) Apply(recs []group.Record) error {
 			return errCrashed
 		}
 		in.guard(func() { in.r.w.count("run.store-write-at-load") })
-		return g.st.Apply(in.r.w.opts.Bugs.filter(recs))
+		return g.st.Apply(in.r.w.storeFilter(recs))
 	}
 	c := &gatedCall{recs: recs, proceed: make(chan verdict, 1)}
 	if !g.hold(c) {
@@ -641,7 +641,7 @@ func (g *gatedStore) Apply(recs []group.Record) error {
 	in := g.in
 	r := in.r
 	w := r.w
-	apply := w.opts.Bugs.filter(recs)
+	apply := w.storeFilter(recs)
 	r.faults.Arm(v.fail)
 	err := g.st.Apply(apply)
 	r.faults.Arm(0)

@@ -65,6 +65,14 @@ type Bugs struct {
 	// DropConsumerRecords leaves consumer-group records out of store
 	// writes while still acknowledging them.
 	DropConsumerRecords bool
+	// ClassicKeepRevoked makes classic clients of migrating groups go on
+	// consuming the partitions they revoke (a client bug the ownership
+	// checker must see).
+	ClassicKeepRevoked bool
+	// DropConvertedGroupRecords leaves a migrating group's records (but
+	// not its offsets) out of store writes from its first conversion on,
+	// so the store keeps the old type.
+	DropConvertedGroupRecords bool
 }
 
 // Failure is a checker violation (or a panic) in one run.
@@ -213,6 +221,10 @@ type world struct {
 	done     bool
 	failure  *Failure
 	events   int
+
+	// dropped are the migrating groups whose records
+	// Bugs.DropConvertedGroupRecords leaves out of store writes.
+	dropped map[string]bool
 
 	hash  uint64
 	tail  [tailLen]string

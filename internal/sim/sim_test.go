@@ -13,6 +13,8 @@ import (
 
 	"github.com/groupd/groupd/internal/group"
 	"github.com/groupd/groupd/internal/group/consumer"
+	"github.com/groupd/groupd/internal/inspect"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 var (
@@ -21,7 +23,7 @@ var (
 	flagSeed  = flag.Uint64("seed", 0, "run only this seed; with -v the whole trace is printed")
 	flagBug   = flag.String("bug", "", "enable a harness bug switch by name (see bugSwitches) for TestSim")
 	flagRepro = flag.Int("repro-seeds", 0, "TestReproducible runs seeds 1..N of each mode twice instead of its five fixed seeds")
-	flagMix   = flag.String("mix", "both", "group types of TestSim and TestSimRuntime: classic, both or consumer")
+	flagMix   = flag.String("mix", "both", "group types of TestSim and TestSimRuntime: classic, both, consumer or migrate")
 )
 
 func mixFlag(t *testing.T) Mix {
@@ -38,19 +40,22 @@ var bugSwitches = []struct {
 	name string
 	set  func(*Bugs)
 	// consumer marks a switch that breaks consumer groups only
-	// (TestConsumerCheckersCatchBrokenBehaviour).
-	consumer bool
+	// (TestConsumerCheckersCatchBrokenBehaviour), migrate one that breaks
+	// migrating groups only (TestMigrateCheckersCatchBrokenBehaviour).
+	consumer, migrate bool
 }{
-	{"ReplyBeforeApply", func(b *Bugs) { b.ReplyBeforeApply = true }, false},
-	{"DropOffsetRecords", func(b *Bugs) { b.DropOffsetRecords = true }, false},
-	{"DropGroupRecords", func(b *Bugs) { b.DropGroupRecords = true }, false},
-	{"ServeStaleSync", func(b *Bugs) { b.ServeStaleSync = true }, false},
-	{"EagerInCooperative", func(b *Bugs) { b.EagerInCooperative = true }, false},
-	{"LoseSessionTimers", func(b *Bugs) { b.LoseSessionTimers = true }, false},
-	{"AckFailedWrite", func(b *Bugs) { b.AckFailedWrite = true }, false},
-	{"ConsumerKeepRevoked", func(b *Bugs) { b.ConsumerKeepRevoked = true }, true},
-	{"DropConsumerRecords", func(b *Bugs) { b.DropConsumerRecords = true }, true},
-	{"ConsumerReplyBeforeApply", func(b *Bugs) { b.ConsumerReplyBeforeApply = true }, true},
+	{"ReplyBeforeApply", func(b *Bugs) { b.ReplyBeforeApply = true }, false, false},
+	{"DropOffsetRecords", func(b *Bugs) { b.DropOffsetRecords = true }, false, false},
+	{"DropGroupRecords", func(b *Bugs) { b.DropGroupRecords = true }, false, false},
+	{"ServeStaleSync", func(b *Bugs) { b.ServeStaleSync = true }, false, false},
+	{"EagerInCooperative", func(b *Bugs) { b.EagerInCooperative = true }, false, false},
+	{"LoseSessionTimers", func(b *Bugs) { b.LoseSessionTimers = true }, false, false},
+	{"AckFailedWrite", func(b *Bugs) { b.AckFailedWrite = true }, false, false},
+	{"ConsumerKeepRevoked", func(b *Bugs) { b.ConsumerKeepRevoked = true }, true, false},
+	{"DropConsumerRecords", func(b *Bugs) { b.DropConsumerRecords = true }, true, false},
+	{"ConsumerReplyBeforeApply", func(b *Bugs) { b.ConsumerReplyBeforeApply = true }, true, false},
+	{"ClassicKeepRevoked", func(b *Bugs) { b.ClassicKeepRevoked = true }, false, true},
+	{"DropConvertedGroupRecords", func(b *Bugs) { b.DropConvertedGroupRecords = true }, false, true},
 }
 
 func bugsByName(t *testing.T, name string) Bugs {
@@ -215,7 +220,8 @@ func TestReproducible(t *testing.T) {
 		name    string
 		runtime bool
 		mix     Mix
-	}{{"model", false, MixClassic}, {"runtime", true, MixClassic}, {"model/both", false, MixBoth}, {"runtime/consumer", true, MixConsumer}} {
+	}{{"model", false, MixClassic}, {"runtime", true, MixClassic}, {"model/both", false, MixBoth}, {"runtime/consumer", true, MixConsumer},
+		{"model/migrate", false, MixMigrate}, {"runtime/migrate", true, MixMigrate}} {
 		t.Run(mode.name, func(t *testing.T) {
 			for _, seed := range seeds {
 				a := Run(Options{Seed: seed, KeepTrace: true, Runtime: mode.runtime, Mix: mode.mix})
@@ -244,7 +250,7 @@ func TestReproducible(t *testing.T) {
 func TestCheckersCatchBrokenBehaviour(t *testing.T) {
 	const maxSeeds = 200
 	for _, sw := range bugSwitches {
-		if sw.consumer {
+		if sw.consumer || sw.migrate {
 			continue
 		}
 		t.Run(sw.name, func(t *testing.T) {
@@ -310,23 +316,26 @@ func TestConsumerCheckersCatchBrokenBehaviour(t *testing.T) {
 		if tc.runtime {
 			name += "/runtime"
 		}
-		t.Run(name, func(t *testing.T) {
-			bugs := bugsByName(t, tc.bug)
-			for seed := uint64(1); seed <= maxSeeds; seed++ {
-				res := Run(Options{Seed: seed, Bugs: bugs, Runtime: tc.runtime, Mix: MixConsumer})
-				f := res.Failure
-				if f == nil {
-					continue
-				}
-				if !slices.Contains(tc.checks, f.Check) {
-					t.Fatalf("bug %s tripped %q, not one of %v:\n%v", tc.bug, f.Check, tc.checks, f)
-				}
-				t.Logf("caught by %q at seed %d after %v virtual: %s\nreplay: %s", f.Check, seed, f.At, firstLine(f.Msg), replay(seed, tc.runtime, MixConsumer, tc.bug))
-				return
-			}
-			t.Fatalf("no checker noticed bug %s in %d seeds of consumer groups", tc.bug, maxSeeds)
-		})
+		t.Run(name, func(t *testing.T) { catchBug(t, tc.bug, tc.runtime, MixConsumer, tc.checks, maxSeeds) })
 	}
+}
+
+// catchBug runs seeds 1..maxSeeds of a mix with a harness bug switch and
+// requires one of checks to be the first checker to fire.
+func catchBug(t *testing.T, bug string, runtime bool, mix Mix, checks []string, maxSeeds uint64) {
+	bugs := bugsByName(t, bug)
+	for seed := uint64(1); seed <= maxSeeds; seed++ {
+		f := Run(Options{Seed: seed, Bugs: bugs, Runtime: runtime, Mix: mix}).Failure
+		if f == nil {
+			continue
+		}
+		if !slices.Contains(checks, f.Check) {
+			t.Fatalf("bug %s tripped %q, not one of %v:\n%v", bug, f.Check, checks, f)
+		}
+		t.Logf("caught by %q at seed %d after %v virtual: %s\nreplay: %s", f.Check, seed, f.At, firstLine(f.Msg), replay(seed, runtime, mix, bug))
+		return
+	}
+	t.Fatalf("no checker noticed bug %s in %d seeds of the %s mix", bug, maxSeeds, mix)
 }
 
 // TestConsumerBookCheckers feeds the consumer-group checkers records that
@@ -406,5 +415,151 @@ func TestRuntimeCloseWhileReloading(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("runtime seed 73 (consumer mix) did not finish: Close waits for a reloading shard")
+	}
+}
+
+// TestMigrateCheckersCatchBrokenBehaviour runs migrating groups alone with
+// harness switches that break them, or break what must hold across
+// conversions, and requires the checker each aims at to catch it.
+func TestMigrateCheckersCatchBrokenBehaviour(t *testing.T) {
+	const maxSeeds = 300
+	for _, tc := range []struct {
+		bug     string
+		runtime bool
+		checks  []string
+	}{
+		{"ClassicKeepRevoked", false, []string{ckMOwned}},
+		{"ConsumerKeepRevoked", false, []string{ckMOwned}},
+		{"DropConvertedGroupRecords", false, []string{ckMType}},
+		{"DropConvertedGroupRecords", true, []string{ckMType}},
+		{"DropOffsetRecords", false, []string{ckAckDurable, ckRestart}},
+		{"AckFailedWrite", true, []string{ckAckDurable, ckRestart, ckCRestore, ckCEpoch, ckMType}},
+	} {
+		name := tc.bug
+		if tc.runtime {
+			name += "/runtime"
+		}
+		t.Run(name, func(t *testing.T) { catchBug(t, tc.bug, tc.runtime, MixMigrate, tc.checks, maxSeeds) })
+	}
+}
+
+// TestMigrateRules feeds the migration rules changes of a group that the
+// machine should never make (an upgrade on a JoinGroup, a consumer group
+// left with classic members only, an online conversion that takes the
+// epoch back, a group that vanishes), which no harness switch can produce
+// without breaking the machine itself, and requires each to fail.
+func TestMigrateRules(t *testing.T) {
+	classic := func(epoch int32, members int) mstate {
+		return mstate{typ: inspect.TypeClassic, epoch: epoch, members: members}
+	}
+	cons := func(epoch int32, members, consumers int) mstate {
+		return mstate{typ: inspect.TypeConsumer, epoch: epoch, members: members, consumer: consumers}
+	}
+	heartbeat := group.Request{Msg: kmsg.NewPtrConsumerGroupHeartbeatRequest()}
+	join := group.Request{Msg: kmsg.NewPtrJoinGroupRequest()}
+	leave := group.Request{Msg: kmsg.NewPtrLeaveGroupRequest()}
+	timer := group.Timer{}
+	for _, tc := range []struct {
+		name      string
+		prev, now mstate
+		ev        group.Event
+		check     string
+	}{
+		{"online-upgrade", classic(4, 3), cons(4, 4, 1), heartbeat, ""},
+		{"empty-upgrade", classic(9, 0), cons(1, 1, 1), heartbeat, ""},
+		{"online-downgrade", cons(7, 3, 1), classic(7, 2), timer, ""},
+		{"empty-downgrade", cons(7, 0, 0), classic(0, 0), join, ""},
+		{"classic-member-joins", cons(7, 2, 1), cons(8, 3, 1), join, ""},
+		{"upgrade-on-join", classic(4, 3), cons(4, 3, 0), join, ckMType},
+		{"upgrade-on-timer", classic(4, 3), cons(4, 3, 1), timer, ckMType},
+		{"no-downgrade", cons(7, 2, 1), cons(8, 1, 0), leave, ckMType},
+		{"vanished", cons(7, 2, 1), mstate{}, timer, ckMType},
+		{"upgrade-epoch-back", classic(4, 3), cons(1, 4, 1), heartbeat, ckMEpoch},
+		{"downgrade-epoch-back", cons(7, 3, 1), classic(3, 2), timer, ckMEpoch},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			check, msg := migrateRule("m0", tc.prev, tc.now, tc.ev)
+			if check != tc.check {
+				t.Fatalf("checker %q fired (%s), want %q", check, msg, tc.check)
+			}
+		})
+	}
+}
+
+// TestMigrateZombieClaims: what a process holds while the coordinator no
+// longer counts it as a member is a zombie's, lost to the group, even once
+// it rejoins under its old member id (seed 9002 of the migrate mix: a
+// classic member removed on session expiry rejoined the converted group
+// still consuming what the group had given another member); what it takes
+// again is a member's claim.
+func TestMigrateZombieClaims(t *testing.T) {
+	p0 := tp{topic: "m0.t0", part: 0}
+	p1 := tp{topic: "m0.t0", part: 1}
+	q := &process{alive: true, memberID: "a", owned: []tp{p0, p1}}
+	g := &groupSpec{id: "m0", procs: []*process{q}}
+	c := &checker{}
+	claims := func(step string, part tp, want bool) {
+		t.Helper()
+		if got := q.claims(q.held(), part); got != want {
+			t.Fatalf("%s: claims %v = %v, want %v", step, part, got, want)
+		}
+	}
+	c.noteFenced(g, map[string]bool{"a": true})
+	claims("member", p0, true)
+	c.noteFenced(g, map[string]bool{})
+	claims("removed", p0, false)
+	claims("removed", p1, false)
+	c.noteFenced(g, map[string]bool{"a": true})
+	claims("rejoined under its old id", p0, false)
+	q.forgetFenced([]tp{p1})
+	claims("taken again", p1, true)
+	claims("not taken again", p0, false)
+}
+
+// TestMigrateConfigsShareChosen: every protocol list of a migrating
+// group holds the protocol the classic group can choose (one of the lists'
+// firsts), so a newcomer is never refused by a group whose members'
+// records, after a load, keep only the chosen protocol.
+func TestMigrateConfigsShareChosen(t *testing.T) {
+	if len(migrateConfigs) == 0 {
+		t.Fatal("no protocol lists for migrating groups")
+	}
+	for _, lists := range migrateConfigs {
+		for _, a := range lists {
+			for _, b := range lists {
+				if !slices.Contains(b, a[0]) {
+					t.Errorf("configs %v: %v lacks %q, the first of %v", lists, b, a[0], a)
+				}
+			}
+		}
+	}
+	got := sharedFirstConfigs([][][]string{{{"range"}, {"cooperative-sticky", "range"}}, {{"cooperative-sticky", "range"}, {"cooperative-sticky"}}})
+	if len(got) != 1 || got[0][0][0] != "cooperative-sticky" {
+		t.Fatalf("sharedFirstConfigs kept %v, want only the cooperative-sticky lists", got)
+	}
+}
+
+// TestMigrateLoadRestoresRecord: an upgrade clears the classic records
+// seen; a load that undoes it (the store never held the consumer group)
+// brings back the persisted record of the classic generation, so a static
+// replacement at that generation is not taken for an incomplete new
+// assignment (seed 971 of the migrate mix, before the machine fixes).
+func TestMigrateLoadRestoresRecord(t *testing.T) {
+	persisted := &group.GroupMetadata{Generation: 5, Members: []group.MemberMetadata{{MemberID: "a"}}}
+	gc := &gcheck{records: map[int32]*group.GroupMetadata{}, durMeta: persisted}
+	gc.restoreRecord()
+	if gc.records[5] != persisted {
+		t.Fatalf("records after the load = %v, want generation 5's persisted record", gc.records)
+	}
+	newer := &group.GroupMetadata{Generation: 5, Members: []group.MemberMetadata{{MemberID: "b"}}}
+	gc.records[5] = newer
+	gc.restoreRecord()
+	if gc.records[5] != newer {
+		t.Fatal("a load replaced a record of the generation it already had")
+	}
+	empty := &gcheck{records: map[int32]*group.GroupMetadata{}, durMeta: &group.GroupMetadata{Generation: 2}}
+	empty.restoreRecord()
+	if len(empty.records) != 0 {
+		t.Fatalf("an empty group's load added records %v", empty.records)
 	}
 }

@@ -82,6 +82,9 @@ func describeResponse(r kmsg.Response) string {
 		if len(q.Members) > 0 {
 			s += fmt.Sprintf(" members=%d", len(q.Members))
 		}
+		if q.Protocol != nil && *q.Protocol != "" {
+			s += " protocol=" + *q.Protocol
+		}
 		if q.SkipAssignment {
 			s += " skip-assignment"
 		}

@@ -780,7 +780,8 @@ function fillMembers(g, last) {
     const late = m.session_timeout_ms > 0 && hbAge > m.session_timeout_ms / 2;
     return h("tr", { "data-member": m.member_id },
       h("td", {}, m.client_id || h("span", { class: "faint", text: "–" }),
-        m.member_id === straggler ? [" ", h("span", { class: "badge warn", title: "the member the last rebalance waited for longest", text: "straggler" })] : null),
+        m.member_id === straggler ? [" ", h("span", { class: "badge warn", title: "the member the last rebalance waited for longest", text: "straggler" })] : null,
+        m.protocol === "classic" ? [" ", h("span", { class: "badge", title: "speaks the classic protocol inside this consumer group (a migration between the protocols)", text: "classic" })] : null),
       h("td", { class: "mono", title: m.member_id + (m.instance_id ? `\ninstance ${m.instance_id}` : "") },
         h("span", { class: "ellipsis", text: shortId(m.member_id) }), m.instance_id ? h("div", { class: "muted", text: `instance ${m.instance_id}` }) : null),
       h("td", { text: m.client_host }),

@@ -56,6 +56,11 @@ type Config struct {
 	// owner. The offsets live beside the machine (with the classic
 	// groups'), so this is how it reads them; nil leaves them unknown.
 	CommittedOffset func(group, topic string, partition int32) (int64, bool)
+	// Downgrade says whether a group whose last consumer-protocol member
+	// leaves becomes a classic group again (Output.Downgrades). Package
+	// group sets it from its migration policy and group.max.size; the
+	// zero value never downgrades.
+	Downgrade DowngradePolicy
 }
 
 // DefaultConfig returns Kafka 4.3's defaults.

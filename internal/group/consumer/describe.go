@@ -43,6 +43,9 @@ func (m *Machine) describeGroup(g *group, dg *kmsg.ConsumerGroupDescribeResponse
 		dm.Assignment = m.describeAssignment(mem.assigned)
 		dm.TargetAssignment = m.describeAssignment(g.target[mem.id])
 		dm.MemberType = 1 // a consumer-protocol member (v1)
+		if mem.meta.classic != nil {
+			dm.MemberType = 0 // a classic member
+		}
 		dg.Members = append(dg.Members, dm)
 	}
 }

@@ -23,6 +23,13 @@
 // the replies of an Output must be released only after its records (and
 // those of every earlier Output) are durable.
 //
+// Members that speak the classic protocol belong to a consumer group too,
+// after an online upgrade of a classic group or by joining one: their
+// JoinGroup, SyncGroup, Heartbeat and LeaveGroup are served here, the
+// server-side assignor computes their assignments like anyone's, and when
+// the last consumer-protocol member leaves the group goes back to package
+// group as a classic group (Downgrade). See classic.go.
+//
 // Topic metadata is an input (TopicsChanged), not something the machine
 // looks up. The behaviour follows Apache Kafka 4.3's group coordinator
 // (GroupMetadataManager, ConsumerGroup, CurrentAssignmentBuilder,

@@ -97,6 +97,8 @@ func (m *Machine) checkInvariants() error {
 		seen := map[tp]string{}
 		names, assignors, regexes, static := map[string]int{}, map[string]int{}, map[string]int{}, map[string]string{}
 		unreconciled := 0
+		var classic ClassicMemberMetadata // every classic member's protocols, for the counts
+		classicMembers := 0
 		for _, mem := range g.sortedMembers() {
 			if !mem.reconciledTo(g.assignmentEpoch) {
 				unreconciled++
@@ -133,6 +135,23 @@ func (m *Machine) checkInvariants() error {
 				if mem.meta.instanceID != "" {
 					static[mem.meta.instanceID] = mem.id
 				}
+				if c := mem.meta.classic; c != nil {
+					classicMembers++
+					classic.SupportedProtocols = append(classic.SupportedProtocols, c.SupportedProtocols...)
+				}
+			}
+		}
+		if classicMembers != g.classicMembers {
+			return fmt.Errorf("group %s: %d classic members, count says %d", id, classicMembers, g.classicMembers)
+		}
+		for name, n := range g.classicProtocols {
+			if n <= 0 || n > classicMembers {
+				return fmt.Errorf("group %s: classic protocol %s counted %d", id, name, n)
+			}
+		}
+		for _, p := range classic.SupportedProtocols {
+			if g.classicProtocols[p.Name] == 0 {
+				return fmt.Errorf("group %s: classic protocol %s not counted", id, p.Name)
 			}
 		}
 		if len(seen) != len(g.owners) {

@@ -41,6 +41,24 @@ func seedRecords() []Record {
 	hb("a", 1, "ia", nil)
 	hb("a", -2, "ia", nil)
 	hb("a2", 0, "ia", nil)
+	// A classic member joins, then a classic static member replaces
+	// the consumer-protocol one: member metadata with its classic part.
+	join := func(member, instance string) {
+		req := kmsg.NewPtrJoinGroupRequest()
+		req.Version = 9
+		req.Group, req.MemberID, req.ProtocolType = "g", member, "consumer"
+		req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = 10000, 1000
+		if instance != "" {
+			req.InstanceID = &instance
+		}
+		md := kmsg.NewConsumerMemberMetadata()
+		md.Version = 1
+		md.Topics = []string{"t"}
+		req.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: md.AppendTo(nil)}}
+		step(Request{ID: 2, ClientID: "c", ClientHost: "/h", Msg: req})
+	}
+	join("c", "")
+	join("", "ia")
 	hb("b", -1, "", nil)
 	return recs
 }
@@ -115,6 +133,108 @@ func FuzzHeartbeat(f *testing.F) {
 			if err := m.checkInvariants(); err != nil {
 				t.Fatal(err)
 			}
+		}
+	})
+}
+
+// FuzzClassicJoin feeds JoinGroup requests decoded from arbitrary bytes,
+// with their embedded ConsumerProtocol subscriptions, to a machine holding
+// a group with classic and consumer-protocol members: it must answer
+// exactly once with a response that encodes and keep its bookkeeping
+// straight, and the member's SyncGroup must serialize its assignment.
+func FuzzClassicJoin(f *testing.F) {
+	for _, owned := range [][]int32{nil, {0, 1}, {3, 9, -1}} {
+		md := kmsg.NewConsumerMemberMetadata()
+		md.Topics = []string{"t", "u"}
+		if owned != nil {
+			md.Version = 1
+			md.OwnedPartitions = []kmsg.ConsumerMemberMetadataOwnedPartition{{Topic: "t", Partitions: owned}}
+		}
+		req := kmsg.NewPtrJoinGroupRequest()
+		req.Version = 9
+		req.Group, req.MemberID, req.ProtocolType = "g", "c", "consumer"
+		req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = 10000, 1000
+		req.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: md.AppendTo(nil)}}
+		f.Add(req.AppendTo(nil))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req := kmsg.NewPtrJoinGroupRequest()
+		req.Version = 9
+		if err := req.ReadFrom(body); err != nil {
+			return
+		}
+		m := New(Config{NewMemberID: SequentialMemberIDs("m")})
+		m.Step(epoch0, TopicsChanged{Topics: []Topic{{Name: "t", ID: TopicID{1}, Partitions: 4}, {Name: "u", ID: TopicID{2}, Partitions: 2}}})
+		if _, err := m.Replay(epoch0, seedRecords()); err != nil {
+			t.Fatal(err)
+		}
+		out := m.Step(epoch0, Request{ID: 7, ClientID: "c", ClientHost: "/h", Msg: req})
+		if len(out.Replies) != 1 || out.Replies[0].ID != 7 {
+			t.Fatalf("replies %v", out.Replies)
+		}
+		resp := out.Replies[0].Msg.(*kmsg.JoinGroupResponse)
+		back := kmsg.NewPtrJoinGroupResponse()
+		back.Version = resp.Version
+		if err := back.ReadFrom(resp.AppendTo(nil)); err != nil {
+			t.Fatalf("response does not encode: %v", err)
+		}
+		if err := m.checkInvariants(); err != nil {
+			t.Fatal(err)
+		}
+		if resp.ErrorCode != 0 || m.groups["g"] == nil {
+			return
+		}
+		sync := kmsg.NewPtrSyncGroupRequest()
+		sync.Version = 5
+		sync.Group, sync.MemberID, sync.Generation = "g", resp.MemberID, resp.Generation
+		out = m.Step(epoch0, Request{ID: 8, ClientID: "c", ClientHost: "/h", Msg: sync})
+		sr := out.Replies[0].Msg.(*kmsg.SyncGroupResponse)
+		if sr.ErrorCode == 0 {
+			var a kmsg.ConsumerMemberAssignment
+			if err := a.ReadFrom(sr.MemberAssignment); err != nil {
+				t.Fatalf("assignment %x does not parse: %v", sr.MemberAssignment, err)
+			}
+		}
+	})
+}
+
+// FuzzUpgrade converts a classic group whose member carries arbitrary
+// subscription and assignment bytes: the conversion either refuses with
+// GROUP_ID_NOT_FOUND and changes nothing, or yields a group that keeps its
+// invariants (no partition held twice, whatever the assignment said).
+func FuzzUpgrade(f *testing.F) {
+	md := kmsg.NewConsumerMemberMetadata()
+	md.Topics = []string{"t"}
+	a := kmsg.NewConsumerMemberAssignment()
+	a.Topics = []kmsg.ConsumerMemberAssignmentTopic{{Topic: "t", Partitions: []int32{0, 1, 1, 7}}, {Topic: "nope", Partitions: []int32{0}}}
+	f.Add(md.AppendTo(nil), a.AppendTo(nil), []byte{})
+	f.Add([]byte("custom"), []byte{}, a.AppendTo(nil))
+	f.Fuzz(func(t *testing.T, meta, asg1, asg2 []byte) {
+		m := New(Config{NewMemberID: SequentialMemberIDs("m")})
+		m.Step(epoch0, TopicsChanged{Topics: []Topic{{Name: "t", ID: TopicID{1}, Partitions: 4}}})
+		hb := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+		hb.Version = 1
+		hb.Group, hb.MemberID = "g", "x"
+		hb.RebalanceTimeoutMillis, hb.SubscribedTopicNames = 1000, []string{"t"}
+		hb.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+		u := Upgrade{Group: "g", Generation: 3, Protocol: "range", Heartbeat: Request{ID: 9, Msg: hb}}
+		for i, asg := range [][]byte{asg1, asg2} {
+			u.Members = append(u.Members, ClassicMember{ID: string(rune('a' + i)), SessionTimeoutMs: 10000, RebalanceTimeoutMs: 1000,
+				Protocols: []ClassicProtocol{{Name: "range", Metadata: meta}}, Assignment: asg})
+		}
+		out := m.Step(epoch0, u)
+		if len(out.Replies) != 1 {
+			t.Fatalf("replies %v", out.Replies)
+		}
+		resp := out.Replies[0].Msg.(*kmsg.ConsumerGroupHeartbeatResponse)
+		if resp.ErrorCode != 0 {
+			if m.Has("g") || len(out.Records) != 0 {
+				t.Fatalf("refused upgrade left %d records", len(out.Records))
+			}
+			return
+		}
+		if err := m.checkInvariants(); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

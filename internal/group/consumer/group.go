@@ -95,12 +95,15 @@ type memberMeta struct {
 	regex            string   // subscribed topic regex, "" for none
 	rebalanceTimeout int32    // ms
 	serverAssignor   string   // "" for none
+	// classic is set for a member speaking the classic protocol; it is
+	// shared between copies and never modified.
+	classic *ClassicMemberMetadata
 }
 
 func (a *memberMeta) equal(b *memberMeta) bool {
 	return a.instanceID == b.instanceID && a.rackID == b.rackID && a.clientID == b.clientID &&
 		a.clientHost == b.clientHost && a.regex == b.regex && a.rebalanceTimeout == b.rebalanceTimeout &&
-		a.serverAssignor == b.serverAssignor && slices.Equal(a.names, b.names)
+		a.serverAssignor == b.serverAssignor && slices.Equal(a.names, b.names) && classicEqual(a.classic, b.classic)
 }
 
 type member struct {
@@ -155,6 +158,12 @@ type group struct {
 	regexes   map[string]*regexSub
 	assignors map[string]int // server assignor -> members naming it
 
+	// classicMembers counts the members speaking the classic protocol,
+	// and classicProtocols how many of them offer each protocol name, so
+	// that a JoinGroup checks its protocols in O(protocols).
+	classicMembers   int
+	classicProtocols map[string]int
+
 	// assigner computes targets incrementally; nil until the next
 	// computation builds it.
 	assigner *assigner
@@ -164,9 +173,21 @@ type group struct {
 	unreconciled int
 
 	// The rebalance in progress and the partitions given up in it (soft
-	// state); finished rebalances go to the caller.
+	// state); finished rebalances go to the caller. upgraded is set while
+	// the heartbeat that converted the group from a classic one is
+	// served, so its rebalance says so.
+	upgraded bool
 	current  *rebalance
 	released map[tp]release
+
+	// handedOut holds the member ids given to dynamic classic members
+	// with MEMBER_ID_REQUIRED, until the member comes back with its id or
+	// its session timeout passes (soft state). A classic JoinGroup naming
+	// a member id neither here nor in the group comes from a member the
+	// group removed (a zombie) and is answered UNKNOWN_MEMBER_ID, as a
+	// classic group answers it, so that the client drops the partitions
+	// it still thinks it owns before it joins again.
+	handedOut map[string]time.Time
 }
 
 func newGroup(id string) *group {
@@ -347,6 +368,7 @@ func (m *Machine) setMeta(g *group, mem *member, meta *memberMeta) error {
 		if old.instanceID != "" && g.static[old.instanceID] == mem.id {
 			delete(g.static, old.instanceID)
 		}
+		g.countClassic(old.classic, -1)
 	}
 	if meta == nil {
 		mem.hasMeta = false
@@ -375,6 +397,7 @@ func (m *Machine) setMeta(g *group, mem *member, meta *memberMeta) error {
 	if meta.instanceID != "" {
 		g.static[meta.instanceID] = mem.id
 	}
+	g.countClassic(meta.classic, 1)
 	return nil
 }
 
@@ -468,6 +491,7 @@ func (m *Machine) apply(r Record) error {
 			regex:            v.SubscribedTopicRegex,
 			rebalanceTimeout: v.RebalanceTimeoutMs,
 			serverAssignor:   v.ServerAssignor,
+			classic:          v.Classic,
 		}
 		mem := g.memberOrCreate(r.Member)
 		if err := m.setMeta(g, mem, &meta); err != nil {

@@ -162,7 +162,8 @@ func (m *Machine) memberHeartbeat(r Request, req *kmsg.ConsumerGroupHeartbeatReq
 			// A new incarnation may take over only once the previous
 			// one left with -2; otherwise it could steal partitions from
 			// a live member (the classic protocol's fencing ping-pong).
-			if existing.epoch != staticLeaveEpoch {
+			// A classic member is replaced at once, as Kafka does.
+			if existing.epoch != staticLeaveEpoch && existing.meta.classic == nil {
 				return errorf(kerr.UnreleasedInstanceID, "Static member %s with instance id %s cannot join the group because the instance id is owned by %s member.", memberID, inst, existing.id)
 			}
 			replaced = existing
@@ -180,15 +181,7 @@ func (m *Machine) memberHeartbeat(r Request, req *kmsg.ConsumerGroupHeartbeatReq
 
 	// The member's metadata after this request: null fields keep their
 	// value.
-	var prev memberMeta
-	switch {
-	case replaced != nil:
-		prev = replaced.meta
-	case mem != nil:
-		prev = mem.meta
-	default:
-		prev = newMember(memberID).meta
-	}
+	prev := priorMeta(mem, replaced, memberID)
 	upd := prev
 	if req.InstanceID != nil {
 		upd.instanceID = *req.InstanceID
@@ -209,6 +202,9 @@ func (m *Machine) memberHeartbeat(r Request, req *kmsg.ConsumerGroupHeartbeatReq
 		upd.regex = *re
 	}
 	upd.clientID, upd.clientHost = r.ClientID, r.ClientHost
+	// A member heartbeating speaks the consumer protocol, whatever the
+	// member it replaces spoke.
+	upd.classic = nil
 	namesChanged := !slices.Equal(prev.names, upd.names)
 	regexChanged := prev.regex != upd.regex
 
@@ -228,18 +224,7 @@ func (m *Machine) memberHeartbeat(r Request, req *kmsg.ConsumerGroupHeartbeatReq
 	if m.groups[g.id] == nil {
 		m.groups[g.id] = g
 	}
-	trigger := triggerSubscriptionChanged
-	if replaced != nil {
-		m.replaceStatic(g, replaced, memberID)
-		mem = g.members[memberID]
-	}
-	if mem == nil {
-		trigger = triggerMemberJoined
-	}
-	if mem == nil || !upd.equal(&mem.meta) {
-		m.emit(memberMetadataRecord(g.id, memberID, &upd))
-		mem = g.members[memberID]
-	}
+	mem, trigger := m.putMember(g, mem, replaced, memberID, &upd)
 	before := mem.current()
 	mem.lastHeartbeat = m.now
 
@@ -248,7 +233,12 @@ func (m *Machine) memberHeartbeat(r Request, req *kmsg.ConsumerGroupHeartbeatReq
 	// nothing); here topics are already known, so the regex is resolved
 	// as the record applies and any change of subscription bumps at once.
 	subscriptionChanged := namesChanged || regexChanged
-	if g.epoch == 0 || subscriptionChanged {
+	// A group just converted from a classic one moves to a new epoch if
+	// the classic assignments it starts from leave a subscribed partition
+	// to nobody (a rebalance without a departed member was under way):
+	// a static member's replacement changes no subscription, so nothing
+	// else would compute a target that hands those partitions out.
+	if g.epoch == 0 || subscriptionChanged || (g.upgraded && !m.targetCovers(g)) {
 		// A new group moves off epoch 0 at once so it is fully set up.
 		m.setCause(cause{trigger: trigger, member: mem})
 		m.bumpEpoch(g)
@@ -258,6 +248,12 @@ func (m *Machine) memberHeartbeat(r Request, req *kmsg.ConsumerGroupHeartbeatReq
 	}
 	m.reconcile(g, mem, subscriptionChanged, o)
 	m.schedule(TimerKey{Group: g.id, Kind: TimerSession, Member: memberID}, m.cfg.SessionTimeout)
+	if prev.classic != nil {
+		// A classic member replaced by this one leaves no classic
+		// deadlines.
+		m.cancel(TimerKey{Group: g.id, Kind: TimerClassicJoin, Member: memberID})
+		m.cancel(TimerKey{Group: g.id, Kind: TimerClassicSync, Member: memberID})
+	}
 
 	resp.MemberID = &mem.id
 	resp.MemberEpoch = mem.epoch
@@ -270,6 +266,39 @@ func (m *Machine) memberHeartbeat(r Request, req *kmsg.ConsumerGroupHeartbeatReq
 		resp.Assignment = assignmentOf(mem.assigned)
 	}
 	return nil
+}
+
+// priorMeta is a joining or heartbeating member's metadata before its
+// request: the departed static member's it replaces, its own, or a new
+// member's defaults.
+func priorMeta(mem, replaced *member, memberID string) memberMeta {
+	switch {
+	case replaced != nil:
+		return replaced.meta
+	case mem != nil:
+		return mem.meta
+	}
+	return newMember(memberID).meta
+}
+
+// putMember writes a member's metadata for a join or heartbeat, first
+// giving a departed static member's place to the new id. It returns the
+// member and what an epoch bump it causes is triggered by: a newcomer
+// joining, or a member's subscription changing.
+func (m *Machine) putMember(g *group, mem, replaced *member, memberID string, upd *memberMeta) (*member, string) {
+	trigger := triggerSubscriptionChanged
+	if replaced != nil {
+		m.replaceStatic(g, replaced, memberID)
+		mem = g.members[memberID]
+	}
+	if mem == nil {
+		trigger = triggerMemberJoined
+	}
+	if mem == nil || !upd.equal(&mem.meta) {
+		m.emit(memberMetadataRecord(g.id, memberID, upd))
+		mem = g.members[memberID]
+	}
+	return mem, trigger
 }
 
 // newMemberID draws a member id unused in g (v0 joins).
@@ -302,6 +331,7 @@ func memberMetadataRecord(groupID, memberID string, v *memberMeta) Record {
 		SubscribedTopicRegex: v.regex,
 		RebalanceTimeoutMs:   v.rebalanceTimeout,
 		ServerAssignor:       v.serverAssignor,
+		Classic:              v.classic,
 	}}
 }
 
@@ -313,6 +343,27 @@ func currentRecord(groupID, memberID string, c current) Record {
 		Assigned:            fromPartSet(c.assigned),
 		PendingRevocation:   fromPartSet(c.pending),
 	}}
+}
+
+// targetCovers reports whether every partition of the topics the group
+// subscribes to is in some member's target.
+func (m *Machine) targetCovers(g *group) bool {
+	targeted := map[tp]bool{}
+	for _, t := range g.target {
+		t.each(func(id TopicID, p, _ int32) { targeted[tp{id, p}] = true })
+	}
+	for _, name := range g.subscribedTopics() {
+		topic, ok := m.topics.byName[name]
+		if !ok {
+			continue
+		}
+		for p := range topic.Partitions {
+			if !targeted[tp{topic.ID, p}] {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // bumpEpoch moves the group to its next epoch, recording the metadata hash
@@ -337,6 +388,7 @@ func (m *Machine) replaceStatic(g *group, old *member, newID string) {
 		g.assigner = nil
 	}
 	m.removeMember(g, old)
+	m.cancelMemberTimers(g, old.id)
 	m.emit(memberMetadataRecord(g.id, newID, &meta))
 	m.emit(Record{Type: RecordTargetMember, Group: g.id, Member: newID, Target: &TargetAssignment{Partitions: fromPartSet(target)}})
 	m.emit(currentRecord(g.id, newID, cur))
@@ -433,11 +485,13 @@ func (m *Machine) staticByMemberID(req *kmsg.ConsumerGroupHeartbeatRequest) stri
 // fence removes a member and bumps the group epoch; the next heartbeat of
 // any member computes the target without it.
 func (m *Machine) fence(g *group, mem *member, c cause) {
+	if m.downgradeOnFence(g, mem, c) {
+		return
+	}
 	m.setCause(c)
 	m.removeMember(g, mem)
 	m.bumpEpoch(g)
-	m.cancel(TimerKey{Group: g.id, Kind: TimerSession, Member: mem.id})
-	m.cancel(TimerKey{Group: g.id, Kind: TimerRebalance, Member: mem.id})
+	m.cancelMemberTimers(g, mem.id)
 }
 
 // assignmentOf is the heartbeat response's Assignment.

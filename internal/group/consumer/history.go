@@ -89,6 +89,9 @@ func (m *Machine) openRebalance(g *group, before int32) {
 	if r.trigger == "" {
 		r.trigger = triggerSubscriptionChanged
 	}
+	if g.upgraded {
+		r.trigger = TriggerUpgrade
+	}
 	g.current = r
 	m.pending = cause{}
 }

@@ -20,9 +20,12 @@ type RequestID = core.RequestID
 type Event interface{ isEvent() }
 
 // Request is a client request. Msg is a *kmsg.ConsumerGroupHeartbeatRequest
-// or a *kmsg.ConsumerGroupDescribeRequest with its Version set. A describe
-// must only name groups this machine owns; the caller splits and merges
-// across shards.
+// or a *kmsg.ConsumerGroupDescribeRequest with its Version set, or a classic
+// *kmsg.JoinGroupRequest, *kmsg.SyncGroupRequest, *kmsg.HeartbeatRequest or
+// *kmsg.LeaveGroupRequest for a group of this machine (the caller checks
+// what Kafka checks before it looks at the group's type). A describe must
+// only name groups this machine owns; the caller splits and merges across
+// shards.
 type Request struct {
 	ID         RequestID
 	ClientID   string
@@ -68,6 +71,12 @@ const (
 	// TimerRebalance fences a member that did not revoke the partitions
 	// it was asked to give up within its rebalance timeout.
 	TimerRebalance = core.TimerRebalance
+	// TimerClassicJoin fences a classic member told to rejoin that did
+	// not within its rebalance timeout.
+	TimerClassicJoin = core.TimerClassicJoin
+	// TimerClassicSync fences a classic member that joined and did not
+	// send SyncGroup within its rebalance timeout.
+	TimerClassicSync = core.TimerClassicSync
 )
 
 // TimerKey identifies a deadline; scheduling a key again replaces it.
@@ -90,6 +99,10 @@ type Output struct {
 	// to keep in the group's history; the machine keeps only the one in
 	// progress (InProgress).
 	Rebalances []*inspect.Rebalance
+	// Downgrades are the groups this step turned classic: their records
+	// are deleted in Records, and the caller rebuilds each as a classic
+	// group in the same step.
+	Downgrades []Downgrade
 }
 
 // Machine is the consumer-group state machine of one shard. The zero value
@@ -132,6 +145,8 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 		m.topicsChanged(ev.Topics)
 	case DeleteGroup:
 		m.deleteGroup(ev.Group)
+	case Upgrade:
+		m.upgrade(ev)
 	case Unload:
 		m.unload()
 	default:
@@ -197,6 +212,14 @@ func (m *Machine) request(r Request) {
 		m.heartbeat(r, req)
 	case *kmsg.ConsumerGroupDescribeRequest:
 		m.describe(r, req)
+	case *kmsg.JoinGroupRequest:
+		m.classicJoin(r, req)
+	case *kmsg.SyncGroupRequest:
+		m.classicSync(r, req)
+	case *kmsg.HeartbeatRequest:
+		m.classicHeartbeat(r, req)
+	case *kmsg.LeaveGroupRequest:
+		m.classicLeave(r, req)
 	default:
 		panic(fmt.Sprintf("consumer: unsupported request %T", r.Msg))
 	}
@@ -223,6 +246,10 @@ func (m *Machine) timer(k TimerKey) {
 		if mem.epoch == mem.rebalanceEpoch {
 			m.fence(g, mem, cause{trigger: triggerRebalanceTimeout, member: mem})
 		}
+	case TimerClassicJoin:
+		m.fence(g, mem, cause{trigger: triggerRebalanceTimeout, member: mem})
+	case TimerClassicSync:
+		m.fence(g, mem, cause{trigger: inspect.TriggerPendingSyncTimeout, member: mem})
 	}
 }
 

@@ -92,6 +92,25 @@ type MemberMetadata struct {
 	SubscribedTopicRegex string
 	RebalanceTimeoutMs   int32
 	ServerAssignor       string
+	// Classic is set for a member that speaks the classic protocol
+	// (JoinGroup, SyncGroup, Heartbeat) inside the consumer group, as
+	// Kafka's ClassicMemberMetadata; nil for a consumer-protocol member.
+	Classic *ClassicMemberMetadata
+}
+
+// ClassicMemberMetadata is what a classic member of a consumer group told
+// in its latest JoinGroup: its session timeout and the protocols it offers,
+// in its order of preference.
+type ClassicMemberMetadata struct {
+	SessionTimeoutMs   int32
+	SupportedProtocols []ClassicProtocol
+}
+
+// ClassicProtocol is one protocol of a JoinGroup: a name (the client-side
+// assignor) and its ConsumerProtocolSubscription bytes.
+type ClassicProtocol struct {
+	Name     string
+	Metadata []byte
 }
 
 // TopicPartitions is one topic's partitions in a record, ascending. Epochs,
@@ -141,6 +160,8 @@ func (r Record) Tombstone() bool {
 const (
 	keyVersion   = 0
 	valueVersion = 0
+	// classicTrailer starts the classic part of a MemberMetadata value.
+	classicTrailer = 1
 )
 
 // Key encodes the record's key: version, type, group, and member for
@@ -189,6 +210,18 @@ func (r Record) AppendValue(b []byte) []byte {
 		b = core.AppendString(b, v.SubscribedTopicRegex)
 		b = binary.AppendVarint(b, int64(v.RebalanceTimeoutMs))
 		b = core.AppendString(b, v.ServerAssignor)
+		// The classic part is a trailer, so that records written before
+		// it existed (which end here) still decode, and a
+		// consumer-protocol member's record is unchanged.
+		if c := v.Classic; c != nil {
+			b = append(b, classicTrailer)
+			b = binary.AppendVarint(b, int64(c.SessionTimeoutMs))
+			b = binary.AppendUvarint(b, uint64(len(c.SupportedProtocols)))
+			for _, p := range c.SupportedProtocols {
+				b = core.AppendString(b, p.Name)
+				b = core.AppendBytes(b, p.Metadata)
+			}
+		}
 	case RecordTargetMember:
 		b = appendTopicPartitions(b, r.Target.Partitions, false)
 	case RecordTargetEpoch:
@@ -325,6 +358,17 @@ func DecodeRecord(key, value []byte) (Record, error) {
 		v.SubscribedTopicRegex = r.String()
 		v.RebalanceTimeoutMs = r.Int32()
 		v.ServerAssignor = r.String()
+		if len(r.B) > 0 && r.Err == nil {
+			if t := r.Take(1); r.Err == nil && t[0] != classicTrailer {
+				r.Fail()
+			}
+			c := &ClassicMemberMetadata{SessionTimeoutMs: r.Int32()}
+			n := r.Count(2)
+			for i := 0; i < n && r.Err == nil; i++ {
+				c.SupportedProtocols = append(c.SupportedProtocols, ClassicProtocol{Name: r.String(), Metadata: r.Bytes()})
+			}
+			v.Classic = c
+		}
 		rec.MemberMetadata = v
 	case RecordTargetMember:
 		rec.Target = &TargetAssignment{Partitions: r.topicPartitions(false)}

@@ -55,6 +55,16 @@ func TestRecordRoundTrip(t *testing.T) {
 					RebalanceTimeoutMs:   rapid.Int32().Draw(t, "rebalance"),
 					ServerAssignor:       rapid.String().Draw(t, "assignor"),
 				}
+				if rapid.Bool().Draw(t, "classic") {
+					c := &ClassicMemberMetadata{SessionTimeoutMs: rapid.Int32().Draw(t, "session")}
+					for range rapid.IntRange(0, 3).Draw(t, "protocols") {
+						c.SupportedProtocols = append(c.SupportedProtocols, ClassicProtocol{
+							Name:     rapid.String().Draw(t, "name"),
+							Metadata: rapid.SliceOf(rapid.Byte()).Draw(t, "metadata"),
+						})
+					}
+					r.MemberMetadata.Classic = c
+				}
 			case RecordTargetMember:
 				r.Target = &TargetAssignment{Partitions: genTopicPartitions(t, false)}
 			case RecordTargetEpoch:
@@ -135,3 +145,33 @@ func TestRecordsArePerMember(t *testing.T) {
 }
 
 func memberName(i int) string { return fmt.Sprintf("m%05d", i) }
+
+// TestMemberMetadataWithoutClassic checks that a MemberMetadata value
+// written before the classic part existed still decodes, as a
+// consumer-protocol member's, and that such a member's value has not
+// changed.
+func TestMemberMetadataWithoutClassic(t *testing.T) {
+	r := Record{Type: RecordMemberMetadata, Group: "g", Member: "m", MemberMetadata: &MemberMetadata{
+		ClientID: "c", SubscribedTopicNames: []string{"t"}, RebalanceTimeoutMs: 5000,
+	}}
+	old := r.Value()
+	got, err := DecodeRecord(r.Key(), old)
+	if err != nil || got.MemberMetadata.Classic != nil {
+		t.Fatalf("old value decoded as %+v, %v", got.MemberMetadata, err)
+	}
+	r.MemberMetadata.Classic = &ClassicMemberMetadata{SessionTimeoutMs: 10000,
+		SupportedProtocols: []ClassicProtocol{{Name: "range", Metadata: []byte{0, 0}}}}
+	withClassic := r.Value()
+	if string(withClassic[:len(old)]) != string(old) {
+		t.Fatalf("the classic part is not a trailer: %x vs %x", withClassic, old)
+	}
+	got, err = DecodeRecord(r.Key(), withClassic)
+	if err != nil || !reflect.DeepEqual(got.MemberMetadata, r.MemberMetadata) {
+		t.Fatalf("decoded %+v, %v", got.MemberMetadata, err)
+	}
+	// A trailer that does not start with its marker is corrupt.
+	bad := append(slices.Clone(old), 2)
+	if _, err := DecodeRecord(r.Key(), bad); err == nil {
+		t.Fatalf("accepted %x", bad)
+	}
+}

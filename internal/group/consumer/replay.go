@@ -45,7 +45,7 @@ func (m *Machine) Replay(now time.Time, recs []Record) (Output, error) {
 		}
 		for _, mem := range g.sortedMembers() {
 			mem.lastHeartbeat = now
-			m.schedule(TimerKey{Group: id, Kind: TimerSession, Member: mem.id}, m.cfg.SessionTimeout)
+			m.schedule(TimerKey{Group: id, Kind: TimerSession, Member: mem.id}, m.sessionTimeout(mem))
 			if mem.state == MemberUnrevokedPartitions {
 				mem.rebalanceEpoch = mem.epoch
 				m.schedule(TimerKey{Group: id, Kind: TimerRebalance, Member: mem.id},

@@ -64,8 +64,9 @@ func heartbeatError(version int16, err *apiError) *kmsg.ConsumerGroupHeartbeatRe
 }
 
 // NotConsumerGroup is the answer to a ConsumerGroupHeartbeat for a group id
-// that a classic group holds (Kafka's, with the online migration from
-// classic groups not enabled).
+// that a classic group holds and that is not converted: the migration
+// policy forbids it, the group does not use the consumer protocol or is
+// too large, or the request is not a join.
 func NotConsumerGroup(req *kmsg.ConsumerGroupHeartbeatRequest) *kmsg.ConsumerGroupHeartbeatResponse {
 	return heartbeatError(req.Version, errorf(kerr.GroupIDNotFound, "Group %s is not a consumer group.", req.Group))
 }
@@ -87,23 +88,6 @@ func (m *Machine) DescribeGroup(id string) kmsg.ConsumerGroupDescribeResponseGro
 		m.describeGroup(g, &dg)
 	}
 	return dg
-}
-
-// ClassicMemberError is the answer to a classic Heartbeat, SyncGroup or
-// LeaveGroup entry naming a member of a consumer group: no member speaks
-// the classic protocol until the migration between protocols is served, so
-// it is UNKNOWN_MEMBER_ID, or FENCED_INSTANCE_ID when the instance id is
-// held by another member (Kafka's validateConsumerGroupMember, checked
-// before the protocol).
-func (m *Machine) ClassicMemberError(groupID, memberID, instanceID string) int16 {
-	g := m.groups[groupID]
-	if g == nil || instanceID == "" {
-		return kerr.UnknownMemberID.Code
-	}
-	if mem := g.staticMember(instanceID); mem != nil && memberID != "" && mem.id != memberID {
-		return kerr.FencedInstanceID.Code
-	}
-	return kerr.UnknownMemberID.Code
 }
 
 // Full reports whether a group has no room for a member it does not have
@@ -138,6 +122,14 @@ func (m *Machine) ValidateOffsetCommit(groupID, memberID string, epoch int32, ve
 	mem := g.members[memberID]
 	if mem == nil {
 		return kerr.UnknownMemberID.Code, nil
+	}
+	if mem.meta.classic != nil {
+		// A classic member commits with any version, its member epoch
+		// as the generation, which must be exact.
+		if epoch != mem.epoch {
+			return kerr.IllegalGeneration.Code, nil
+		}
+		return 0, nil
 	}
 	if version < 9 {
 		// Only OffsetCommit v9 carries a member epoch.
@@ -195,6 +187,8 @@ func (m *Machine) ValidateOffsetFetch(groupID string, memberID *string, epoch in
 	switch {
 	case mem == nil:
 		return kerr.UnknownMemberID.Code
+	case epoch != mem.epoch && mem.meta.classic != nil:
+		return kerr.IllegalGeneration.Code
 	case epoch != mem.epoch:
 		return kerr.StaleMemberEpoch.Code
 	}
@@ -223,4 +217,10 @@ func sortedKeys[V any](mp map[string]V) []string {
 	}
 	slices.Sort(ks)
 	return ks
+}
+
+// GroupFull is the answer to a ConsumerGroupHeartbeat joining a group that
+// has no room for it (group.consumer.max.size).
+func GroupFull(req *kmsg.ConsumerGroupHeartbeatRequest, maxSize int) *kmsg.ConsumerGroupHeartbeatResponse {
+	return heartbeatError(req.Version, errorf(kerr.GroupMaxSizeReached, "The consumer group has reached its maximum capacity of %d members.", maxSize))
 }

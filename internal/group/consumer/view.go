@@ -48,8 +48,12 @@ func (m *Machine) View(id string) (v inspect.Group, ok bool) {
 			ClientHost:         mem.meta.clientHost,
 			Assignment:         []inspect.TopicPartitions{},
 			LastHeartbeat:      mem.lastHeartbeat,
-			SessionTimeoutMs:   m.cfg.SessionTimeout.Milliseconds(),
+			SessionTimeoutMs:   m.sessionTimeout(mem).Milliseconds(),
 			RebalanceTimeoutMs: int64(mem.meta.rebalanceTimeout),
+			Protocol:           inspect.TypeConsumer,
+		}
+		if mem.meta.classic != nil {
+			im.Protocol = inspect.TypeClassic
 		}
 		for _, t := range mem.assigned {
 			if name, ok := m.topics.name(t.id); ok {

@@ -56,6 +56,13 @@ const (
 	// the partitions it was asked to give up within its rebalance
 	// timeout.
 	TimerRebalance
+	// TimerClassicJoin fences a classic member of a consumer group that
+	// was told to rejoin and did not send JoinGroup within its rebalance
+	// timeout.
+	TimerClassicJoin
+	// TimerClassicSync fences a classic member of a consumer group that
+	// did not send SyncGroup within its rebalance timeout after joining.
+	TimerClassicSync
 )
 
 func (k TimerKind) String() string {
@@ -72,12 +79,16 @@ func (k TimerKind) String() string {
 		return "session"
 	case TimerRebalance:
 		return "rebalance"
+	case TimerClassicJoin:
+		return "classic-join"
+	case TimerClassicSync:
+		return "classic-sync"
 	}
 	return fmt.Sprintf("TimerKind(%d)", uint8(k))
 }
 
 // Consumer reports whether the kind belongs to the consumer-group machine.
-func (k TimerKind) Consumer() bool { return k == TimerSession || k == TimerRebalance }
+func (k TimerKind) Consumer() bool { return k >= TimerSession && k <= TimerClassicSync }
 
 // TimerKey identifies a deadline. It is comparable, so a caller can keep it
 // as a map key; scheduling a key again replaces its deadline.
@@ -256,3 +267,14 @@ func (t *Timers) All() []TimerUpdate {
 
 // Len is how many deadlines are set.
 func (t *Timers) Len() int { return len(t.at) }
+
+// LeaveMembers returns the members a LeaveGroup names: its list from v3,
+// the single member id of earlier versions.
+func LeaveMembers(req *kmsg.LeaveGroupRequest) []kmsg.LeaveGroupRequestMember {
+	if req.Version >= 3 {
+		return req.Members
+	}
+	lm := kmsg.NewLeaveGroupRequestMember()
+	lm.MemberID = req.MemberID
+	return []kmsg.LeaveGroupRequestMember{lm}
+}
