@@ -86,7 +86,7 @@ func serveCmd() *cobra.Command {
 			if cfg.Group.InitialRebalanceDelay <= 0 {
 				cfg.Group.InitialRebalanceDelay = -1 // the machine's "no delay"
 			}
-			if err := cfg.Group.Consumer.Validate(); err != nil {
+			if err := cfg.Group.Validate(); err != nil {
 				return fmt.Errorf("consumer group settings: %w", err)
 			}
 			cfg.Logger = log
@@ -161,6 +161,7 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&cfg.Log.ProducerIDExpiration, "producer-id-expiration", partition.DefaultProducerIDExpiration, "how long an idempotent producer's state is kept after its last batch (producer.id.expiration.ms)")
 	f.Int32Var(&cfg.OffsetsTopicPartitions, "offsets-topic-partitions", broker.DefaultOffsetsTopicPartitions, "partitions of __consumer_offsets when it is created (offsets.topic.num.partitions)")
 	f.BoolVar(&cfg.Log.FullStartCheck, "full-start-check", false, "on start, read every batch header of every segment instead of trusting the sealed segments the producer snapshots describe")
+	f.BoolVar(&cfg.Log.HeaderOnlyCompressed, "header-only-compressed-validation", false, "check compressed produced batches by their header and CRC only, without decoding their records as Kafka does (compacted topics still decode); for producers trusted to send well-formed records")
 	g := group.DefaultConfig()
 	f.DurationVar(&cfg.Group.InitialRebalanceDelay, "group-initial-rebalance-delay", g.InitialRebalanceDelay, "how long a new or empty group waits for more members before its first rebalance completes (group.initial.rebalance.delay.ms); 0 or less disables it")
 	f.DurationVar(&cfg.Group.MinSessionTimeout, "group-min-session-timeout", g.MinSessionTimeout, "smallest session timeout a member may ask for (group.min.session.timeout.ms)")
@@ -172,6 +173,7 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&cfg.Group.StormWindow, "rebalance-storm-window", g.StormWindow, "a rebalance is flagged a storm when its trigger came from the same member --rebalance-storm-count times within this window")
 	f.IntVar(&cfg.Group.StormCount, "rebalance-storm-count", g.StormCount, "how many rebalances with the same trigger from the same member within --rebalance-storm-window make a storm")
 	addConsumerGroupFlags(f, &cfg.Group.Consumer)
+	f.Var(&cfg.Group.MigrationPolicy, "group-consumer-migration-policy", "whether a running group may change protocol: bidirectional, upgrade (classic to consumer), downgrade (consumer to classic) or disabled (group.consumer.migration.policy); empty groups always may")
 	return cmd
 }
 

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"net"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -12,7 +11,7 @@ import (
 
 // Coordinator serves the group APIs (internal/coordinator).
 type Coordinator interface {
-	Submit(ctx context.Context, clientID, clientHost string, req kmsg.Request) coordinator.Wait
+	Start(ctx context.Context, clientID, clientHost string, req kmsg.Request, p *coordinator.Pending)
 	// DeleteTopicOffsets removes deleted topics' committed offsets from
 	// every group, durably.
 	DeleteTopicOffsets(ctx context.Context, topics []string) error
@@ -32,18 +31,9 @@ func (h *Handler) coordinate(ctx context.Context, r *server.Request) (kmsg.Respo
 // response before it is written.
 func (h *Handler) coordinateThen(ctx context.Context, r *server.Request, then func(kmsg.Response) kmsg.Response) *later {
 	h.ensureOffsetsTopic()
-	host := ""
-	if tcp, ok := r.Remote.(*net.TCPAddr); ok {
-		host = "/" + tcp.IP.String()
-	}
-	wait := h.coord.Submit(ctx, r.Header.ClientID, host, r.Msg)
-	return &later{brief: !parks(r.Msg), wait: func() (kmsg.Response, error) {
-		resp, err := wait(ctx)
-		if err == nil && then != nil {
-			resp = then(resp)
-		}
-		return resp, err
-	}}
+	l := &later{brief: !parks(r.Msg), ctx: ctx, then: then}
+	h.coord.Start(ctx, r.Header.ClientID, r.ClientHost(), r.Msg, &l.pending)
+	return l
 }
 
 // parks reports whether the coordinator may hold a request until other
@@ -61,15 +51,20 @@ func parks(req kmsg.Request) bool {
 // later is a response known only after Wait (server.Waiter).
 type later struct {
 	kmsg.Response
-	brief bool
-	wait  func() (kmsg.Response, error)
+	brief   bool
+	ctx     context.Context
+	pending coordinator.Pending
+	then    func(kmsg.Response) kmsg.Response
 }
 
 // Brief implements server.Brief.
 func (l *later) Brief() bool { return l.brief }
 
 func (l *later) Wait() error {
-	resp, err := l.wait()
+	resp, err := l.pending.Wait(l.ctx)
+	if err == nil && l.then != nil {
+		resp = l.then(resp)
+	}
 	l.Response = resp
 	return err
 }

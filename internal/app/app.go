@@ -119,7 +119,7 @@ func Start(cfg Config) (*App, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if err := cfg.Group.Consumer.Validate(); err != nil {
+	if err := cfg.Group.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.MaxConnections = checkOpenFileLimit(cfg.Logger, cfg.MaxConnections)
