@@ -334,17 +334,20 @@ func (w *world) migState(id string) mstate {
 	return s
 }
 
-// memberSet returns the member ids of a group, of whichever type it is.
-func (w *world) memberSet(id string) map[string]bool {
-	out := map[string]bool{}
+// memberSet returns the member ids of a group, of whichever type it is,
+// each with the epoch the coordinator holds it at: a consumer group's
+// member epoch, or a classic group's generation.
+func (w *world) memberSet(id string) map[string]int32 {
+	out := map[string]int32{}
 	switch w.groupType(id) {
 	case inspect.TypeClassic:
+		_, gen := w.coord.machine(id).GroupState(id)
 		for _, mem := range w.describe(id).Members {
-			out[mem.MemberID] = true
+			out[mem.MemberID] = gen
 		}
 	case inspect.TypeConsumer:
 		for _, mem := range w.describeConsumer(id).Members {
-			out[mem.MemberID] = true
+			out[mem.MemberID] = mem.MemberEpoch
 		}
 	}
 	return out
@@ -364,13 +367,14 @@ func (c *checker) onMigrateTake(p *process, added []tp) {
 		return
 	}
 	members := c.w.memberSet(p.g.id)
-	if !members[p.memberID] {
+	if _, ok := members[p.memberID]; !ok {
 		c.w.count("run.migrate-take-after-fenced")
 		return
 	}
 	classic := c.w.groupType(p.g.id) == inspect.TypeClassic
 	for _, q := range p.g.procs {
-		if q == p || !q.alive || q.memberID == "" || !members[q.memberID] {
+		qEpoch, isMember := members[q.memberID]
+		if q == p || !q.alive || q.memberID == "" || !isMember {
 			continue
 		}
 		if classic && p.cm == nil && q.cm == nil && q.generation < p.generation {
@@ -381,6 +385,17 @@ func (c *checker) onMigrateTake(p *process, added []tp) {
 			// it has heard of the new generation. It gives them up at
 			// its next request.
 			c.w.count("run.migrate-take-from-older-generation")
+			continue
+		}
+		if !classic && q.cm == nil && q.generation < qEpoch {
+			// The same window carried across an upgrade: the classic
+			// member was kept at a later generation than the one it
+			// last heard of, so what it still holds from that older
+			// generation is not what the group gave it; the consumer
+			// group took over the later generation's assignment, and
+			// the member's next request (its generation now stale)
+			// makes it give up the rest.
+			c.w.count("run.migrate-take-from-stale-classic")
 			continue
 		}
 		held := q.held()
@@ -401,9 +416,9 @@ func (c *checker) onMigrateTake(p *process, added []tp) {
 // expiry learns it only at its next request), so another member may take
 // them, and they stay lost when the process rejoins under its old member
 // id (a consumer group takes such a join as a new member's).
-func (c *checker) noteFenced(g *groupSpec, members map[string]bool) {
+func (c *checker) noteFenced(g *groupSpec, members map[string]int32) {
 	for _, q := range g.procs {
-		if !q.alive || q.memberID == "" || members[q.memberID] {
+		if _, ok := members[q.memberID]; !q.alive || q.memberID == "" || ok {
 			continue
 		}
 		for _, t := range q.held() {

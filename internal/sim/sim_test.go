@@ -504,12 +504,12 @@ func TestMigrateZombieClaims(t *testing.T) {
 			t.Fatalf("%s: claims %v = %v, want %v", step, part, got, want)
 		}
 	}
-	c.noteFenced(g, map[string]bool{"a": true})
+	c.noteFenced(g, map[string]int32{"a": 1})
 	claims("member", p0, true)
-	c.noteFenced(g, map[string]bool{})
+	c.noteFenced(g, map[string]int32{})
 	claims("removed", p0, false)
 	claims("removed", p1, false)
-	c.noteFenced(g, map[string]bool{"a": true})
+	c.noteFenced(g, map[string]int32{"a": 1})
 	claims("rejoined under its old id", p0, false)
 	q.forgetFenced([]tp{p1})
 	claims("taken again", p1, true)
