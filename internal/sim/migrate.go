@@ -377,31 +377,32 @@ func (c *checker) onMigrateTake(p *process, added []tp) {
 		if q == p || !q.alive || q.memberID == "" || !isMember {
 			continue
 		}
-		if classic && p.cm == nil && q.cm == nil && q.generation < p.generation {
-			// The classic protocol's own window, which its checkers
-			// allow: a join completes with a static member that did
-			// not rejoin (paused, or gone without a leave) kept in
-			// the group, and the leader hands out what it held before
-			// it has heard of the new generation. It gives them up at
-			// its next request.
-			c.w.count("run.migrate-take-from-older-generation")
-			continue
-		}
-		if !classic && q.cm == nil && q.generation < qEpoch {
-			// The same window carried across an upgrade: the classic
-			// member was kept at a later generation than the one it
-			// last heard of, so what it still holds from that older
-			// generation is not what the group gave it; the consumer
-			// group took over the later generation's assignment, and
-			// the member's next request (its generation now stale)
-			// makes it give up the rest.
-			c.w.count("run.migrate-take-from-stale-classic")
-			continue
-		}
+		// The classic protocol's own window, which its checkers allow:
+		// a join completes with a static member that did not rejoin
+		// (paused, or gone without a leave) kept in the group, and the
+		// leader hands out what it held before it has heard of the new
+		// generation. It gives them up at its next request.
+		olderGen := classic && p.cm == nil && q.cm == nil && q.generation < p.generation
+		// The same window carried across an upgrade: the classic member
+		// was kept at a later generation than the one it last heard of,
+		// so what it still holds from that older generation is not what
+		// the group gave it; the consumer group took over the later
+		// generation's assignment, and the member's next request (its
+		// generation now stale) makes it give up the rest.
+		staleClassic := !classic && q.cm == nil && q.generation < qEpoch
 		held := q.held()
 		for _, t := range added {
-			c.count(ckMOwned)
-			if q.claims(held, t) {
+			if !q.claims(held, t) {
+				c.count(ckMOwned)
+				continue
+			}
+			switch {
+			case olderGen:
+				c.w.count("run.migrate-take-from-older-generation")
+			case staleClassic:
+				c.w.count("run.migrate-take-from-stale-classic")
+			default:
+				c.count(ckMOwned)
 				c.fail(ckMOwned, "group %s: %s (%s member %s) takes %v while %s (%s member %s) still holds it",
 					p.g.id, p.name, kindName(p.cm != nil), p.memberID, t, q.name, kindName(q.cm != nil), q.memberID)
 				return
