@@ -453,7 +453,7 @@ func (s *shard) process(evs []event) bool {
 			// Most requests are answered by their own step; only one
 			// the machine parks is looked up by id later.
 			s.asking, s.askingID = ev.call, id
-			s.collect(s.step(group.Request{
+			s.collect(s.stepRequest(group.Request{
 				ID:         id,
 				ClientID:   ev.call.clientID,
 				ClientHost: ev.call.clientHost,
