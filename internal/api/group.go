@@ -60,6 +60,17 @@ type later struct {
 // Brief implements server.Brief.
 func (l *later) Brief() bool { return l.brief }
 
+// OnDone implements server.Completer for a brief reply the coordinator
+// releases as it is: fn runs on the coordinator's goroutine that releases
+// it (coordinator.Pending.OnDone), which then writes it. A reply that is
+// adapted first (then) is left to the connection's own goroutine.
+func (l *later) OnDone(fn func()) bool {
+	if !l.brief || l.then != nil {
+		return false
+	}
+	return l.pending.OnDone(fn)
+}
+
 func (l *later) Wait() error {
 	resp, err := l.pending.Wait(l.ctx)
 	if err == nil && l.then != nil {

@@ -47,6 +47,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/groupd/groupd/internal/group"
@@ -326,6 +327,20 @@ func (p *Pending) Wait(ctx context.Context) (kmsg.Response, error) {
 	replyChans.Put(p.reply)
 	p.call, p.resp = call{}, resp
 	return resp, nil
+}
+
+// OnDone arranges for fn to be called once Wait would not block, and
+// reports true; if that is so already it reports false and does not call
+// fn. fn runs on the goroutine that releases the reply (a shard's loop or
+// its store writer) right after, so it must be quick, must not block and
+// must not call into the coordinator; it may call Wait. OnDone may be
+// called once per Start, and not once Wait was called.
+func (p *Pending) OnDone(fn func()) bool {
+	if p.reply == nil {
+		return false
+	}
+	p.notify = fn
+	return atomic.CompareAndSwapUint32(&p.notified, callWaiting, callNotify)
 }
 
 // start queues req on the shard with p as its reply to come.

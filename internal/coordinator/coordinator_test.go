@@ -650,3 +650,52 @@ func history(e *env, groupID string) []inspect.Rebalance {
 	}
 	return rs
 }
+
+// A caller that asks to be told (OnDone) is told once its reply is
+// released, by the goroutine that released it, and the reply is there
+// for Wait at once: a heartbeat's, released from its own step, and a
+// commit's, released once durable. A reply released before OnDone is
+// asked for is waited for as usual.
+func TestOnDoneTellsOfTheReply(t *testing.T) {
+	e := newEnv(t, store.NewMemoryShards(testShards))
+	member, gen := stableGroup(e, "g")
+	ctx := context.Background()
+	for _, req := range []kmsg.Request{heartbeatReq("g", member, gen), commitReqAs("g", member, gen, 7)} {
+		var p Pending
+		e.c.Start(ctx, "c", "/127.0.0.1", req, &p)
+		told := make(chan kmsg.Response, 1)
+		if !p.OnDone(func() {
+			resp, err := p.Wait(ctx)
+			if err != nil {
+				t.Errorf("wait after OnDone: %v", err)
+			}
+			told <- resp
+		}) {
+			// Released already: Wait has it.
+			resp, err := p.Wait(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			told <- resp
+		}
+		select {
+		case resp := <-told:
+			if resp.Key() != req.Key() {
+				t.Fatalf("%T answered with %T", req, resp)
+			}
+		case <-time.After(hangGuard):
+			t.Fatalf("%T: never told", req)
+		}
+	}
+	// Answered inside Start, by a closed coordinator: OnDone declines.
+	var p Pending
+	e.c.Close()
+	e.c.Start(ctx, "c", "/127.0.0.1", heartbeatReq("g", member, gen), &p)
+	if p.OnDone(func() { t.Error("told of a reply given inside Start") }) {
+		t.Fatal("OnDone took a callback for a reply given inside Start")
+	}
+	resp, err := p.Wait(ctx)
+	if err != nil || resp.(*kmsg.HeartbeatResponse).ErrorCode != kerr.NotCoordinator.Code {
+		t.Fatalf("after close: %v %v", resp, err)
+	}
+}

@@ -56,6 +56,21 @@ func (s *shard) step(ev group.Event) group.Output {
 	return out
 }
 
+// stepRequest is step with a request, through Machine.StepRequest: the
+// output's Replies and Timers are the machine's until the next request's
+// step, so collect must be done with them by then (it copies what it
+// keeps). The hooks, if any, see the request as an Event.
+func (s *shard) stepRequest(r group.Request) group.Output {
+	if f := s.hooks.Stepping; f != nil {
+		f(s.id, s.m, r)
+	}
+	out := s.m.StepRequest(s.clock.Now(), r)
+	if f := s.hooks.Stepped; f != nil {
+		f(s.id, s.m, r, out)
+	}
+	return out
+}
+
 // idle tells the hooks the loop is about to wait.
 func (s *shard) idle() {
 	if f := s.hooks.Idle; f != nil {

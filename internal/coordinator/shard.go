@@ -67,7 +67,7 @@ func (b *batch) reset() {
 func (b *batch) release() {
 	for _, h := range b.hold {
 		if h.call != nil {
-			h.call.reply <- h.msg
+			h.call.deliver(h.msg)
 		} else {
 			close(h.done)
 		}
@@ -81,6 +81,31 @@ type call struct {
 	clientID   string
 	clientHost string
 	reply      chan kmsg.Response
+	// notified is callWaiting, callNotify once the caller has set notify
+	// (Pending.OnDone), or callDelivered once the reply is on reply
+	// with no notify set.
+	notified uint32
+	notify   func()
+}
+
+const (
+	callWaiting uint32 = iota
+	callNotify
+	callDelivered
+)
+
+// deliver hands the call its reply, and calls the caller's notify, if it
+// set one, on this goroutine.
+func (cl *call) deliver(msg kmsg.Response) {
+	// Settled before the send: once the reply is taken, Pending.Wait
+	// clears the call.
+	if atomic.CompareAndSwapUint32(&cl.notified, callWaiting, callDelivered) {
+		cl.reply <- msg
+		return
+	}
+	notify := cl.notify
+	cl.reply <- msg
+	notify()
 }
 
 // held is a reply (or an evFunc completion) waiting for its batch to be
@@ -453,7 +478,7 @@ func (s *shard) process(evs []event) bool {
 			// Most requests are answered by their own step; only one
 			// the machine parks is looked up by id later.
 			s.asking, s.askingID = ev.call, id
-			s.collect(s.step(group.Request{
+			s.collect(s.stepRequest(group.Request{
 				ID:         id,
 				ClientID:   ev.call.clientID,
 				ClientHost: ev.call.clientHost,
@@ -503,7 +528,7 @@ func (s *shard) collect(out group.Output) {
 			continue
 		}
 		if len(out.Records) == 0 && unheld(r.Msg) {
-			cl.reply <- r.Msg
+			cl.deliver(r.Msg)
 			continue
 		}
 		s.cur.hold = append(s.cur.hold, held{call: cl, msg: r.Msg})
@@ -540,7 +565,7 @@ func (s *shard) reload(hold []held) bool {
 	err := s.load(true)
 	for _, h := range hold {
 		if h.call != nil {
-			h.call.reply <- ErrorResponse(h.call.req, kerr.CoordinatorNotAvailable.Code)
+			h.call.deliver(ErrorResponse(h.call.req, kerr.CoordinatorNotAvailable.Code))
 		} else {
 			close(h.done)
 		}
@@ -553,21 +578,27 @@ func (s *shard) reload(hold []held) bool {
 	s.setLoaded(false)
 	s.mu.Lock()
 	kept := s.queue[:0:0]
+	var refused []*call
 	for _, ev := range s.queue {
 		if ev.kind == evRequest {
-			ev.call.reply <- ErrorResponse(ev.call.req, kerr.CoordinatorLoadInProgress.Code)
+			refused = append(refused, ev.call)
 			continue
 		}
 		kept = append(kept, ev)
 	}
 	s.queue = kept
 	s.mu.Unlock()
+	// Answered outside the lock: a reply may be written as it is
+	// delivered (call.deliver).
+	for _, cl := range refused {
+		cl.deliver(ErrorResponse(cl.req, kerr.CoordinatorLoadInProgress.Code))
+	}
 	return s.loadWithRetry(true)
 }
 
 func (s *shard) failWaiting(code int16) {
 	for id, cl := range s.waiting {
-		cl.reply <- ErrorResponse(cl.req, code)
+		cl.deliver(ErrorResponse(cl.req, code))
 		delete(s.waiting, id)
 	}
 }
@@ -798,7 +829,7 @@ func (s *shard) shutdown() {
 		for _, r := range out.Replies {
 			if cl := s.waiting[r.ID]; cl != nil {
 				delete(s.waiting, r.ID)
-				cl.reply <- r.Msg
+				cl.deliver(r.Msg)
 			}
 		}
 	}
@@ -815,7 +846,7 @@ func (s *shard) shutdown() {
 	for _, ev := range rest {
 		switch ev.kind {
 		case evRequest:
-			ev.call.reply <- ErrorResponse(ev.call.req, kerr.NotCoordinator.Code)
+			ev.call.deliver(ErrorResponse(ev.call.req, kerr.NotCoordinator.Code))
 		case evFunc:
 			close(ev.done)
 		}

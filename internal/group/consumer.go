@@ -492,8 +492,11 @@ func (m *Machine) checkCoverage(g *group) {
 
 // resumeRebalance starts the rebalance checkCoverage found missing, on the
 // first membership request to the group after its load.
-func (m *Machine) resumeRebalance(id string) {
-	g := m.groups[id]
+func (m *Machine) resumeRebalance(id string) { m.resumeGroupRebalance(m.groups[id]) }
+
+// resumeGroupRebalance is resumeRebalance with the group (nil if none)
+// already looked up.
+func (m *Machine) resumeGroupRebalance(g *group) {
 	if g == nil || !g.uncovered {
 		return
 	}

@@ -462,19 +462,27 @@ func (g *group) selectProtocol() string {
 
 // validateMember is Kafka's ClassicGroup.validateMember.
 func (g *group) validateMember(memberID, instanceID string) int16 {
+	_, code := g.validMember(memberID, instanceID)
+	return code
+}
+
+// validMember is validateMember that also returns the member when it is
+// valid (code 0).
+func (g *group) validMember(memberID, instanceID string) (*member, int16) {
 	if instanceID != "" {
 		existing, ok := g.static[instanceID]
 		if !ok {
-			return errUnknownMemberID
+			return nil, errUnknownMemberID
 		}
 		if existing != memberID {
-			return errFencedInstanceID
+			return nil, errFencedInstanceID
 		}
 	}
-	if _, ok := g.members[memberID]; !ok {
-		return errUnknownMemberID
+	mem := g.members[memberID]
+	if mem == nil {
+		return nil, errUnknownMemberID
 	}
-	return 0
+	return mem, 0
 }
 
 func (g *group) computeSubscribedTopics() {
@@ -555,7 +563,18 @@ type Machine struct {
 	// consTimers holds the consumer machine's deadline changes of this
 	// step, merged into the output at its end.
 	consTimers []TimerUpdate
+	// reuse is set while StepRequest runs: the output's Replies and
+	// Timers then go into replyBuf and timerBuf, which the next
+	// StepRequest reuses.
+	reuse    bool
+	replyBuf []Reply
+	timerBuf []TimerUpdate
 }
+
+// maxReusedOutput bounds the slices StepRequest keeps between steps: one
+// step that answered or rescheduled a whole large group does not pin its
+// output's size.
+const maxReusedOutput = 64
 
 // New returns an empty machine.
 func New(cfg Config) *Machine {
@@ -603,14 +622,47 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 	return m.end()
 }
 
+// StepRequest is Step with a Request, for a runtime that steps requests
+// one after another and is done with each output before the next step:
+// the returned Output's Replies and Timers are reused by the next
+// StepRequest, and must not be kept. It spares the step the allocations
+// of an Event and of those two slices; its effects are Step's.
+func (m *Machine) StepRequest(now time.Time, r Request) Output {
+	m.reuse = true
+	m.begin(now)
+	m.request(r)
+	out := m.end()
+	m.reuse = false
+	// Kept with their lengths, so the next step clears what they hold.
+	if cap(out.Replies) <= maxReusedOutput {
+		m.replyBuf = out.Replies
+	}
+	if cap(out.Timers) <= maxReusedOutput {
+		m.timerBuf = out.Timers
+	}
+	// As from Step: no replies or no timer changes are nil.
+	if len(out.Replies) == 0 {
+		out.Replies = nil
+	}
+	if len(out.Timers) == 0 {
+		out.Timers = nil
+	}
+	return out
+}
+
 func (m *Machine) begin(now time.Time) {
 	m.now = now
 	m.out = Output{}
+	if m.reuse {
+		clear(m.replyBuf)
+		clear(m.timerBuf)
+		m.out.Replies, m.out.Timers = m.replyBuf[:0], m.timerBuf[:0]
+	}
 	m.consTimers = m.consTimers[:0]
 }
 
 func (m *Machine) end() Output {
-	m.out.Timers = m.timers.Updates()
+	m.out.Timers = m.timers.AppendUpdates(m.out.Timers)
 	if len(m.consTimers) > 0 {
 		// The two machines' keys differ in kind, so there is nothing
 		// to merge, only to order.
@@ -655,7 +707,6 @@ func (m *Machine) request(r Request) {
 		m.resumeRebalance(req.Group)
 		m.syncGroup(r, req)
 	case *kmsg.HeartbeatRequest:
-		m.resumeRebalance(req.Group)
 		m.heartbeat(r, req)
 	case *kmsg.LeaveGroupRequest:
 		m.leaveGroup(r, req)

@@ -114,7 +114,11 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 }
 
 func (m *Machine) heartbeat(r Request, req *kmsg.HeartbeatRequest) {
-	if g := m.groups[req.Group]; g != nil && g.consumer {
+	// One lookup of the group and one of the member serve the whole
+	// step: a heartbeat is the most frequent request by far.
+	g := m.groups[req.Group]
+	m.resumeGroupRebalance(g)
+	if g != nil && g.consumer {
 		m.classicToConsumerGroup(r)
 		return
 	}
@@ -129,12 +133,12 @@ func (m *Machine) heartbeat(r Request, req *kmsg.HeartbeatRequest) {
 	if req.Version >= 3 && req.InstanceID != nil {
 		instanceID = *req.InstanceID
 	}
-	g := m.groups[req.Group]
 	if g == nil {
 		resp.ErrorCode = errUnknownMemberID
 		return
 	}
-	if code := g.validateMember(req.MemberID, instanceID); code != 0 {
+	mem, code := g.validMember(req.MemberID, instanceID)
+	if code != 0 {
 		if code == errUnknownMemberID {
 			m.heardFromDeparted(g, req.MemberID)
 		}
@@ -145,7 +149,6 @@ func (m *Machine) heartbeat(r Request, req *kmsg.HeartbeatRequest) {
 		resp.ErrorCode = errIllegalGeneration
 		return
 	}
-	mem := g.members[req.MemberID]
 	switch g.state {
 	case Empty:
 		resp.ErrorCode = errUnknownMemberID

@@ -43,7 +43,8 @@ type reply struct {
 
 // A connection has one goroutine while it has traffic, which reads and
 // handles its requests and writes their replies itself while nothing
-// waits to be written ahead of them. A reply that must wait for something
+// waits to be written ahead of them, or hands a brief reply to the
+// goroutine that completes it (handOff) and reads on. A reply that must wait for something
 // while the connection reads on (a JoinGroup parked until its group
 // rebalances, a produce until it is durable, any reply behind those, a
 // brief reply while further requests are already here) goes to a writer
@@ -103,6 +104,10 @@ type conn struct {
 	writeDeadline time.Time
 
 	park parkState
+
+	// ho is what handing replies to their completer needs (handOff),
+	// made with the first such reply.
+	ho *handoff
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -437,17 +442,22 @@ func (c *conn) respond(r reply) {
 			inline = isBrief(wt) && !c.fr.frameBuffered()
 		}
 		if inline {
+			if cp, ok := r.resp.(Completer); ok && c.handOff(cp, r) {
+				c.mu.Unlock()
+				return
+			}
 			c.mu.Unlock()
 			c.writeReply(&r, true)
 			return
 		}
 		c.writing = true
-		if c.wake == nil {
-			c.room = make(chan struct{}, 1)
-			c.wake = make(chan struct{}, 1)
-		}
+		c.makeWriterChans()
 		c.writer.Add(1)
 		go c.writeLoop()
+	} else {
+		// The output may be held by a completer (handOff) rather than
+		// a writer: the reader may still have to wait for room.
+		c.makeWriterChans()
 	}
 	if r.weight > 0 {
 		c.pendingBytes.Add(r.weight)
@@ -455,6 +465,118 @@ func (c *conn) respond(r reply) {
 	c.queue = append(c.queue, r)
 	c.wakeWriter()
 	c.mu.Unlock()
+}
+
+// makeWriterChans makes room and wake, which a connection needs once
+// replies queue for a writer; c.mu is held.
+func (c *conn) makeWriterChans() {
+	if c.wake == nil {
+		c.room = make(chan struct{}, 1)
+		c.wake = make(chan struct{}, 1)
+	}
+}
+
+// handoff holds what a connection needs to hand a reply to its
+// completer: the socket's raw connection, to write without blocking, the
+// reply handed over, and the callback given to the completer.
+type handoff struct {
+	raw  syscall.RawConn // nil: the connection cannot hand replies over
+	r    reply
+	done func()
+}
+
+// handOff hands r, a brief reply the reading goroutine would otherwise
+// wait for and write itself, to the goroutine that completes it
+// (Completer), and reports whether it did. That goroutine then writes the
+// reply (completed), without blocking, while this one reads on: the
+// reading goroutine waits once per request, for the next one, rather
+// than also for each reply. Until the reply is written the output is the
+// completer's, as it is a writer goroutine's (c.writing); replies queued
+// meanwhile go to a writer goroutine it starts. c.mu is held.
+func (c *conn) handOff(cp Completer, r reply) bool {
+	// A connection whose requests come far apart parks as soon as its
+	// reply is written, which the reading goroutine then does itself.
+	if !canWriteNow || c.failed || c.park.sparse {
+		return false
+	}
+	h := c.ho
+	if h == nil {
+		h = &handoff{}
+		if sc, ok := c.nc.(syscall.Conn); ok {
+			if raw, err := sc.SyscallConn(); err == nil {
+				h.raw = raw
+			}
+		}
+		h.done = c.completed
+		c.ho = h
+	}
+	if h.raw == nil {
+		return false
+	}
+	h.r = r
+	if !cp.OnDone(h.done) {
+		h.r = reply{}
+		return false
+	}
+	c.writing = true
+	c.writer.Add(1)
+	return true
+}
+
+// completed writes the reply handed to the completer, on the completer's
+// goroutine, as far as the socket takes it without blocking; the rest, if
+// any, is left to a goroutine of its own.
+func (c *conn) completed() {
+	h := c.ho
+	r := h.r
+	h.r = reply{}
+	var err error
+	if !c.failed {
+		if err = c.encode(&r); err == nil && c.out.len() > 0 {
+			var n int
+			n, err = writeNow(h.raw, c.out.bytes())
+			if err == nil && n < c.out.len() {
+				c.out.consume(n)
+				go c.finishHanded(r)
+				return
+			}
+		}
+		c.out.release()
+		if err != nil {
+			c.failed = true
+			c.stopReading()
+		}
+	}
+	c.doneHanded(r, err)
+}
+
+// finishHanded writes what the socket did not take at once of a handed
+// reply, waiting as long as the write deadline allows.
+func (c *conn) finishHanded(r reply) {
+	err := c.flush()
+	if err != nil {
+		c.failed = true
+		c.stopReading()
+	}
+	c.doneHanded(r, err)
+}
+
+// doneHanded accounts for a handed reply and gives the output back: to
+// the reading goroutine, or to a writer goroutine for the replies queued
+// behind it.
+func (c *conn) doneHanded(r reply, err error) {
+	c.release(0)
+	c.observe(r.hdr, r.start, err)
+	c.mu.Lock()
+	if c.head < len(c.queue) {
+		// The writer takes over the count handOff added.
+		c.mu.Unlock()
+		go c.writeLoop()
+		return
+	}
+	c.writing = false
+	c.mu.Unlock()
+	c.writer.Done()
 }
 
 // wakeWriter ends the wait of a lingering writer; c.mu is held.
@@ -590,7 +712,20 @@ const flushReplyBytes = 64 << 10
 
 // write waits for a reply if it must, then encodes it and writes the
 // output if it is time to.
-func (c *conn) write(r *reply, inline bool) (err error) {
+func (c *conn) write(r *reply, inline bool) error {
+	if err := c.encode(r); err != nil {
+		return err
+	}
+	// Flush only when no further reply is ready, so that pipelined
+	// replies share a syscall.
+	if inline || c.out.len() >= flushReplyBytes || c.queued() == 0 {
+		return c.flush()
+	}
+	return nil
+}
+
+// encode waits for a reply if it must, then encodes it after the output.
+func (c *conn) encode(r *reply) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = c.logPanic(p, r.hdr)
@@ -615,11 +750,6 @@ func (c *conn) write(r *reply, inline bool) (err error) {
 	if r.resp != nil {
 		c.out.encode(r.hdr.CorrelationID, r.resp, r.weight)
 		r.resp = nil // the encoding is all that is needed now
-	}
-	// Flush only when no further reply is ready, so that pipelined
-	// replies share a syscall.
-	if inline || c.out.len() >= flushReplyBytes || c.queued() == 0 {
-		return c.flush()
 	}
 	return nil
 }
@@ -688,6 +818,12 @@ func (rb *replyBuffer) encode(corr int32, resp kmsg.Response, weight int64) {
 		b = append(make([]byte, 0, need), b...)
 	}
 	*rb.b = AppendResponse(b, corr, resp)
+}
+
+// consume drops the first n bytes, which were written.
+func (rb *replyBuffer) consume(n int) {
+	b := *rb.b
+	*rb.b = b[:copy(b, b[n:])]
 }
 
 // release lets go of the buffer: back to the pool unless it grew past

@@ -138,33 +138,40 @@ func SortTimerUpdates(us []TimerUpdate) {
 type Timers struct {
 	at map[TimerKey]time.Time
 	// The keys changed since the last Updates. Most steps change one or
-	// two (a heartbeat, a commit none), so they are kept in a short list
-	// and moved to a set only when a step touches many (a join phase
-	// completing reschedules every member).
-	dirtyList []TimerKey
+	// two (a heartbeat, a commit none), so they are kept in a short list,
+	// each with its latest change so that Updates need not look it up
+	// again, and moved to a set only when a step touches many (a join
+	// phase completing reschedules every member).
+	dirtyList []TimerUpdate
 	dirty     map[TimerKey]bool
 }
 
 // dirtyListMax is how many keys the list holds before they move to the set.
 const dirtyListMax = 8
 
-func (t *Timers) markDirty(k TimerKey) {
+// markDirty notes u, k's latest change.
+func (t *Timers) markDirty(u TimerUpdate) {
 	if t.dirty != nil {
-		t.dirty[k] = true
+		t.dirty[u.Key] = true
 		return
 	}
-	if slices.Contains(t.dirtyList, k) {
-		return
+	for i := range t.dirtyList {
+		if t.dirtyList[i].Key == u.Key {
+			t.dirtyList[i] = u
+			return
+		}
 	}
 	if len(t.dirtyList) < dirtyListMax {
-		t.dirtyList = append(t.dirtyList, k)
+		t.dirtyList = append(t.dirtyList, u)
 		return
 	}
 	t.dirty = make(map[TimerKey]bool, 2*dirtyListMax)
 	for _, d := range t.dirtyList {
-		t.dirty[d] = true
+		t.dirty[d.Key] = true
 	}
-	t.dirty[k] = true
+	t.dirty[u.Key] = true
+	clear(t.dirtyList)
+	t.dirtyList = t.dirtyList[:0]
 }
 
 // Set schedules k at the deadline, replacing any earlier one.
@@ -173,14 +180,14 @@ func (t *Timers) Set(k TimerKey, deadline time.Time) {
 		t.at = map[TimerKey]time.Time{}
 	}
 	t.at[k] = deadline
-	t.markDirty(k)
+	t.markDirty(TimerUpdate{Key: k, Deadline: deadline})
 }
 
 // Cancel removes k's deadline, if any.
 func (t *Timers) Cancel(k TimerKey) {
 	if _, ok := t.at[k]; ok {
 		delete(t.at, k)
-		t.markDirty(k)
+		t.markDirty(TimerUpdate{Key: k, Cancel: true})
 	}
 }
 
@@ -222,32 +229,42 @@ func (t *Timers) Due(k TimerKey, now time.Time) bool {
 // that is rebuilt from its records.
 func (t *Timers) Reset() {
 	t.at = nil
+	clear(t.dirtyList)
 	t.dirty, t.dirtyList = nil, t.dirtyList[:0]
 }
 
 // Updates returns the changes since the last call, sorted by key, and
 // starts noting afresh.
-func (t *Timers) Updates() []TimerUpdate {
-	keys := t.dirtyList
-	if t.dirty != nil {
-		keys = make([]TimerKey, 0, len(t.dirty))
-		for k := range t.dirty {
-			keys = append(keys, k)
+func (t *Timers) Updates() []TimerUpdate { return t.AppendUpdates(nil) }
+
+// AppendUpdates is Updates appending to dst, so that a caller stepping
+// many events can reuse one slice. With no changes it returns dst as is.
+func (t *Timers) AppendUpdates(dst []TimerUpdate) []TimerUpdate {
+	out := dst
+	if t.dirty == nil {
+		if len(t.dirtyList) > 0 {
+			start := len(out)
+			out = append(out, t.dirtyList...)
+			SortTimerUpdates(out[start:])
+		}
+		clear(t.dirtyList)
+		t.dirtyList = t.dirtyList[:0]
+		return out
+	}
+	keys := make([]TimerKey, 0, len(t.dirty))
+	for k := range t.dirty {
+		keys = append(keys, k)
+	}
+	SortTimerKeys(keys)
+	out = slices.Grow(out, len(keys))
+	for _, k := range keys {
+		if d, ok := t.at[k]; ok {
+			out = append(out, TimerUpdate{Key: k, Deadline: d})
+		} else {
+			out = append(out, TimerUpdate{Key: k, Cancel: true})
 		}
 	}
-	var out []TimerUpdate
-	if len(keys) > 0 {
-		SortTimerKeys(keys)
-		out = make([]TimerUpdate, 0, len(keys))
-		for _, k := range keys {
-			if d, ok := t.at[k]; ok {
-				out = append(out, TimerUpdate{Key: k, Deadline: d})
-			} else {
-				out = append(out, TimerUpdate{Key: k, Cancel: true})
-			}
-		}
-	}
-	t.dirty, t.dirtyList = nil, t.dirtyList[:0]
+	t.dirty = nil
 	return out
 }
 
