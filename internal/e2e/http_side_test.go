@@ -96,9 +96,12 @@ func TestHTTPSide(t *testing.T) {
 	if got := metricValue(fams, "groupd_groups", "state", "Empty", "type", "classic"); got != 1 {
 		t.Errorf("groupd_groups{state=Empty,type=classic} = %v, want 1", got)
 	}
-	if got := metricValue(fams, "groupd_requests_total", "api", "OffsetCommit"); got != 1 {
-		t.Errorf("groupd_requests_total{api=OffsetCommit} = %v, want 1", got)
-	}
+	// A request is counted once its reply is written, which the client
+	// may see a moment before the counter moves.
+	waitFor(t, 10*time.Second, "the OffsetCommit counted", func() (bool, string) {
+		got := metricValue(scrape(t, a.HTTPAddr()), "groupd_requests_total", "api", "OffsetCommit")
+		return got == 1, fmt.Sprintf("groupd_requests_total{api=OffsetCommit} = %v, want 1", got)
+	})
 
 	res, body = fetch("/")
 	if res.StatusCode != 200 || !strings.Contains(string(body), "static/app.js") {
