@@ -351,3 +351,115 @@ func TestSubmitKeepsOrder(t *testing.T) {
 		t.Fatalf("committed offset %d after submitting 1..50 in order, want 50", got)
 	}
 }
+
+// goid is the calling goroutine's id, read from its stack trace's header
+// ("goroutine 7 [running]:").
+func goid() int64 {
+	var buf [64]byte
+	n := runtime.Stack(buf[:], false)
+	var id int64
+	fmt.Sscanf(string(buf[:n]), "goroutine %d ", &id)
+	return id
+}
+
+// A request that finds its shard's loop waiting, with nothing queued or in
+// flight, is stepped on the caller's goroutine, and a heartbeat's reply is
+// ready when Start returns: no hand-off to the loop and back.
+func TestIdleShardStepsOnCaller(t *testing.T) {
+	var steppedOn atomic.Int64
+	e := newEnv(t, store.NewMemoryShards(testShards), func(c *Config) {
+		c.Hooks.Stepping = func(_ int, _ *group.Machine, ev group.Event) {
+			if _, ok := ev.(group.Request); ok {
+				steppedOn.Store(goid())
+			}
+		}
+	})
+	member, gen := stableGroup(e, "g")
+	s := e.c.shardOf("g")
+	me := goid()
+	ctx := context.Background()
+	// The loop may still be on its way to wait, or woken by a wake-up
+	// that came late; each try first waits until it holds nothing.
+	for try := 0; ; try++ {
+		if try == 100 {
+			t.Fatal("no heartbeat was stepped on its caller's goroutine in 100 tries")
+		}
+		deadline := time.Now().Add(hangGuard)
+		for !s.own.TryLock() {
+			if time.Now().After(deadline) {
+				t.Fatal("the shard's loop never waited (hang guard)")
+			}
+			runtime.Gosched()
+		}
+		s.own.Unlock()
+		var p Pending
+		e.c.Start(ctx, "c", "/127.0.0.1", heartbeatReq("g", member, gen), &p)
+		inline := steppedOn.Load() == me
+		if inline && p.OnDone(func() {}) {
+			t.Fatal("a heartbeat stepped on its caller's goroutine was not answered when Start returned")
+		}
+		resp, err := p.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code(t, "heartbeat", resp.(*kmsg.HeartbeatResponse).ErrorCode, 0)
+		if inline {
+			break
+		}
+	}
+	// A commit stepped on the caller's goroutine is still answered only
+	// once durable: by the writer, through the loop.
+	code(t, "commit", commitCode(e.do(commitReqAs("g", member, gen, 9))), 0)
+	if got := e.do(fetchReq("g")).(*kmsg.OffsetFetchResponse).Topics[0].Partitions[0].Offset; got != 9 {
+		t.Fatalf("committed offset %d, want 9", got)
+	}
+}
+
+// Goroutines submitting to one shard at once, some stepping their requests
+// themselves and some through the loop, keep each goroutine's order: the
+// last of each group's commits is the one that stands.
+func TestConcurrentSubmittersKeepOrder(t *testing.T) {
+	e := newEnv(t, store.NewMemoryShards(testShards))
+	const submitters, commits, ahead = 8, 200, 4
+	groups := []string{"g"}
+	for len(groups) < submitters {
+		groups = append(groups, sameShard(groups[len(groups)-1]))
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, submitters)
+	for i, g := range groups {
+		wg.Go(func() {
+			// Submitter i keeps i%ahead+1 commits in flight, so both the
+			// lone request and a queue of several occur.
+			var waits []Wait
+			for off := int64(1); off <= commits; off++ {
+				waits = append(waits, e.c.Submit(ctx, "client", "/127.0.0.1", commitReq(g, off)))
+				if len(waits) <= i%ahead && off < commits {
+					continue
+				}
+				for _, w := range waits {
+					resp, err := w(ctx)
+					if err == nil && commitCode(resp) != 0 {
+						err = kerr.ErrorForCode(commitCode(resp))
+					}
+					if err != nil {
+						errs <- fmt.Errorf("%s: %w", g, err)
+						return
+					}
+				}
+				waits = waits[:0]
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, g := range groups {
+		if got := e.do(fetchReq(g)).(*kmsg.OffsetFetchResponse).Topics[0].Partitions[0].Offset; got != commits {
+			t.Fatalf("%s: committed offset %d, want %d", g, got, commits)
+		}
+	}
+}

@@ -116,8 +116,10 @@ type held struct {
 	done chan struct{}
 }
 
-// shard owns one group.Machine. Only its loop goroutine touches the fields
-// below the queue; other goroutines talk to it through the queue.
+// shard owns one group.Machine. The fields marked loop-owned are touched
+// only by the goroutine that holds own: the loop, or a submitter stepping
+// its own request while the loop waits (see submit). Other goroutines talk
+// to it through the queue.
 type shard struct {
 	cfg      *Config
 	id       int
@@ -154,6 +156,10 @@ type shard struct {
 	armedAt   time.Time
 	armGen    uint64 // tells a callback it was replaced
 	stopArmed func() bool
+
+	// own is held by whoever steps the machine: the loop, except while
+	// it waits, or a submitter that found it waiting.
+	own sync.Mutex
 
 	// Loop-owned.
 	m       *group.Machine
@@ -223,18 +229,67 @@ func (s *shard) enqueue(ev event) {
 // submit queues a request, or answers it at once when the shard cannot take
 // it: still loading (the client retries after a backoff) or closed (the
 // client looks for the coordinator again).
+//
+// A request that finds the queue empty is stepped on the caller's goroutine
+// if the loop is waiting (see stepInline); otherwise the loop is woken.
 func (s *shard) submit(cl *call) kmsg.Response {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	switch {
 	case s.closed:
+		s.mu.Unlock()
 		return ErrorResponse(cl.req, kerr.NotCoordinator.Code)
 	case !s.loaded:
+		s.mu.Unlock()
 		return ErrorResponse(cl.req, kerr.CoordinatorLoadInProgress.Code)
 	}
 	s.queue = append(s.queue, event{kind: evRequest, call: cl})
-	s.signal()
+	alone := len(s.queue) == 1
+	s.mu.Unlock()
+	if !alone || !s.stepInline() {
+		s.signal()
+	}
 	return nil
+}
+
+// stepInline steps the queued requests on the calling goroutine, if the
+// loop is waiting with nothing in flight and only requests are queued, and
+// reports whether it did. A request answered by its own step (a heartbeat)
+// then costs no hand-off to the loop's goroutine and back: the caller finds
+// its reply ready. Whatever needs a write is handed to the writer as the
+// loop would, and the loop takes it back when it lands.
+func (s *shard) stepInline() bool {
+	if !s.own.TryLock() {
+		return false
+	}
+	defer s.own.Unlock()
+	if s.inflight != nil || !s.cur.empty() {
+		return false
+	}
+	evs := s.takeRequests()
+	if len(evs) == 0 {
+		return false
+	}
+	s.busy(1)
+	s.process(evs)
+	clear(evs)
+	s.spareQ = evs[:0]
+	s.flush()
+	s.idle()
+	return true
+}
+
+// takeRequests takes the whole queue if it holds only requests.
+func (s *shard) takeRequests() []event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ev := range s.queue {
+		if ev.kind != evRequest {
+			return nil
+		}
+	}
+	evs := s.queue
+	s.queue, s.spareQ = s.spareQ[:0], nil
+	return evs
 }
 
 // runFunc runs fn on the loop with the machine and waits until it ran and
@@ -276,6 +331,8 @@ func (s *shard) close() {
 }
 
 func (s *shard) run() {
+	s.own.Lock()
+	defer s.own.Unlock()
 	defer close(s.done)
 	defer s.busy(-1)
 	defer s.shutdown()
@@ -290,13 +347,16 @@ func (s *shard) run() {
 	s.armRetention()
 	for {
 		s.idle()
+		s.own.Unlock()
+		var b *batch
 		select {
 		case <-s.wake:
 			s.gather()
-		case b := <-s.written:
-			if !s.landed(b) {
-				return
-			}
+		case b = <-s.written:
+		}
+		s.own.Lock()
+		if b != nil && !s.landed(b) {
+			return
 		}
 		if !s.stepQueued() {
 			return
