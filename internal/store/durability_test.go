@@ -350,3 +350,47 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.b.Write(p)
 }
+
+// TestPebbleNoCompactionsNoStall: with compactions off, level 0 only
+// grows, one file per memtable flush; writes must go on past the count at
+// which pebble would wait for a compaction that never comes.
+func TestPebbleNoCompactionsNoStall(t *testing.T) {
+	s, err := OpenPebble("db", Options{Shards: 1, ManualFold: true, DisableCompactions: true, FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const flushes = 30 // pebble's default stop is at 12 files
+	done := make(chan error, 1)
+	go func() {
+		for i := range flushes {
+			if err := s.Apply([]group.Record{offsetRec("g", "t", 0, int64(i))}); err != nil {
+				done <- err
+				return
+			}
+			// Folding rewrites the same keys each time, so that every
+			// flushed file overlaps the others and stacks on them.
+			if err := s.Fold(0); err != nil {
+				done <- err
+				return
+			}
+			if err := s.db.Flush(); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		// Not closed: closing waits for the stalled write.
+		t.Fatalf("writes stalled (hang guard); read amplification %d", s.db.Metrics().ReadAmp())
+	}
+	defer s.Close()
+	if got := s.db.Metrics().ReadAmp(); got < flushes {
+		t.Fatalf("read amplification %d after %d overlapping flushes: compactions ran", got, flushes)
+	}
+}

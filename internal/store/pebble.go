@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -189,11 +190,20 @@ func OpenPebble(dir string, opts Options) (*Pebble, error) {
 }
 
 func (p *Pebble) pebbleOptions() *pebble.Options {
-	return &pebble.Options{
+	o := &pebble.Options{
 		FS:                          p.fs,
 		Logger:                      pebbleLogger{p.log},
 		DisableAutomaticCompactions: p.disableCompact,
 	}
+	if p.disableCompact {
+		// Pebble stops writes while level 0 holds too many files (12 by
+		// default), waiting for a compaction to bring it down. With
+		// compactions off none ever comes: every memtable flush adds a
+		// file, and the store's writes would stall for good after the
+		// twelfth. Reads merely get slower as files pile up.
+		o.L0StopWritesThreshold = math.MaxInt32
+	}
+	return o
 }
 
 func (p *Pebble) checkShards() error {
