@@ -407,8 +407,8 @@ func TestIdleShardStepsOnCaller(t *testing.T) {
 			break
 		}
 	}
-	// A commit stepped on the caller's goroutine is still answered only
-	// once durable: by the writer, through the loop.
+	// A commit after it still goes through the writer, and the loop,
+	// which takes the written batch back, goes on serving the shard.
 	code(t, "commit", commitCode(e.do(commitReqAs("g", member, gen, 9))), 0)
 	if got := e.do(fetchReq("g")).(*kmsg.OffsetFetchResponse).Topics[0].Partitions[0].Offset; got != 9 {
 		t.Fatalf("committed offset %d, want 9", got)

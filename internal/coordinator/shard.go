@@ -270,9 +270,7 @@ func (s *shard) stepInline() bool {
 		return false
 	}
 	s.busy(1)
-	s.process(evs)
-	clear(evs)
-	s.spareQ = evs[:0]
+	s.processTaken(evs) // only requests: it cannot be told to stop
 	s.flush()
 	s.idle()
 	return true
@@ -442,11 +440,7 @@ func (s *shard) stepQueued() bool {
 			s.flush()
 			return true
 		}
-		ok := s.process(evs)
-		// Hand the slice back for take to reuse as the next queue.
-		clear(evs)
-		s.spareQ = evs[:0]
-		if !ok {
+		if !s.processTaken(evs) {
 			return false
 		}
 		s.flush()
@@ -524,6 +518,15 @@ func (s *shard) drain() bool {
 		}
 	}
 	return true
+}
+
+// processTaken is process for events taken off the queue, whose slice it
+// then hands back for the queue to reuse.
+func (s *shard) processTaken(evs []event) bool {
+	ok := s.process(evs)
+	clear(evs)
+	s.spareQ = evs[:0]
+	return ok
 }
 
 // process steps the machine through evs into the current batch. It
