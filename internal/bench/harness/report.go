@@ -94,7 +94,7 @@ func format(v float64, unit string) string {
 		return "–"
 	}
 	switch {
-	case math.Abs(v) >= 1000:
+	case math.Abs(v) >= 999.5:
 		return thousands(int64(math.Round(v)))
 	case math.Abs(v) >= 100:
 		return fmt.Sprintf("%.0f", v)
