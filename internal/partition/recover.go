@@ -1,6 +1,10 @@
 package partition
 
 import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/groupd/groupd/internal/batch"
@@ -15,10 +20,10 @@ import (
 
 // ErrDamaged is wrapped by the error of Open when the log does not hold
 // what its recovery checkpoint says was made durable: a bad batch below the
-// recovery point, a segment that does not continue the log, a missing
-// segment, a log shorter than its recovery point, or an unreadable
-// checkpoint. Open then changes nothing on disk, unless Options.QuarantineDir
-// is set.
+// recovery point, or past it with intact batches behind it (not a torn
+// write), a segment that does not continue the log, a missing segment, a
+// log shorter than its recovery point, or an unreadable checkpoint. Open
+// then changes nothing on disk, unless Options.QuarantineDir is set.
 var ErrDamaged = errors.New("damaged partition log")
 
 // DamageError says where a log is damaged. It wraps ErrDamaged.
@@ -81,7 +86,11 @@ type recovery struct {
 	// file may have used: the next offset given out must not be below it.
 	lost int64
 	// moves are the bases of the segments to move to the quarantine.
-	moves   []int64
+	moves []int64
+	// cut is the last segment when its tail was copied to the
+	// quarantine, to be cut once the log continues past the tail's
+	// offsets (see finish).
+	cut     *tailCut
 	changed bool // cp differs from the file
 	// snap is the producer snapshot Open starts from, if any: its sealed
 	// segments are trusted when their files are unchanged.
@@ -95,12 +104,17 @@ type recovery struct {
 // Below the recovery point every record was fsynced, so batch headers are
 // checked (sane, contiguous) and anything wrong is damage. From the
 // recovery point on, batches are also CRC-checked; a bad batch there in
-// the last segment is a torn write and the segment is cut before it.
+// the last segment with nothing intact after it is a torn write and the
+// segment is cut before it. The recovery point lags the fsyncs (it is
+// checkpointed about once a minute), so a bad batch there with intact
+// batches after it is damage to data that may have been acknowledged.
 // Segments before the last one were fsynced when the next one was created,
 // so damage in them is never a torn write. Damage stops the open with a
 // DamageError, changing nothing; with a quarantine directory the damaged
-// segment is moved there instead, the missing offsets are recorded as a
-// gap, and no offset that the moved data may have used is given out again.
+// segment (or, for a damaged tail, a copy of the tail from the bad batch
+// on, before the tail is cut) is put there instead, the missing offsets
+// are recorded as a gap, and no offset that the set-aside data may have
+// used is given out again.
 func (l *Log) recover() error {
 	if err := removeCleanerLeftovers(l); err != nil {
 		return err
@@ -316,15 +330,24 @@ func (r *recovery) segment(i int) error {
 			r.quarantine(base, last, max(end, res.stats.next, base+1))
 			return nil
 		}
-		l.log.Warn("truncating torn segment tail", "segment", path,
-			"reason", res.bad, "valid_bytes", res.stats.size, "dropped_bytes", fi.Size()-res.stats.size)
-		if err := s.f.Truncate(res.stats.size); err != nil {
+		// Past the recovery point in the last segment: a torn write
+		// only if nothing intact follows the bad batch.
+		tail, err := r.checkTail(s, path, res, fi.Size())
+		if err != nil {
 			s.close()
 			return err
 		}
-		if err := s.f.Sync(); err != nil {
-			s.close()
-			return err
+		if tail == nil {
+			l.log.Warn("truncating torn segment tail", "segment", path,
+				"reason", res.bad, "valid_bytes", res.stats.size, "dropped_bytes", fi.Size()-res.stats.size)
+			if err := s.f.Truncate(res.stats.size); err != nil {
+				s.close()
+				return err
+			}
+			if err := s.f.Sync(); err != nil {
+				s.close()
+				return err
+			}
 		}
 	}
 	if !last && base < r.cp.recoveryPoint {
@@ -333,6 +356,118 @@ func (r *recovery) segment(i int) error {
 		}
 	}
 	r.accept(s)
+	return nil
+}
+
+// tailCut is a last segment whose tail, from byte size on, was copied to
+// the quarantine and is to be cut.
+type tailCut struct {
+	s    *segment
+	size int64
+}
+
+// checkTail tells a torn write from damage when the last segment holds a
+// bad batch past the recovery point, where res stopped. A torn write
+// leaves nothing intact behind the bad batch: checkTail returns nil and
+// the caller cuts the tail. If intact batches follow (see findIntact), it
+// is damage to written data, perhaps acknowledged and fsynced since the
+// last checkpoint: without a quarantine checkTail returns a DamageError;
+// with one it copies the tail, from the bad batch to the end of the file,
+// to the quarantine (fsynced) and leaves the cut to finish, which first
+// starts a segment past every offset the tail's intact batches hold.
+func (r *recovery) checkTail(s *segment, path string, res scanResult, fileSize int64) (*tailCut, error) {
+	l := r.l
+	rule := intactRule{min: res.stats.next, limit: math.MaxInt64, origin: res.stats.size}
+	if s.base < r.cp.gapsBelow {
+		rule.origin = -1 // the cleaner may have left offsets out
+	}
+	firstPos, records := int64(-1), int64(0)
+	end, found, err := findIntact(s.f, res.stats.size, fileSize, rule, func(h batch.Header, pos int64) bool {
+		if firstPos < 0 {
+			firstPos = pos
+		}
+		records += int64(h.NumRecords)
+		// Only kept if the open goes ahead, with the tail set aside: a
+		// producer whose batches are in it then goes on in sequence.
+		l.replayProducer(h, pos)
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scan segment %s past a bad batch: %w", path, err)
+	}
+	if found == 0 {
+		return nil, nil
+	}
+	d := &DamageError{File: path, Offset: res.stats.next, Position: res.stats.size,
+		Reason: fmt.Sprintf("%s; %d intact batches (%d records, offsets up to %d) follow it from byte %d, so this is damage, not a torn write",
+			res.bad, found, records, end-1, firstPos)}
+	if l.opts.QuarantineDir == "" {
+		return nil, d
+	}
+	qpath, err := copyTail(l.opts.QuarantineDir, s.f, path, res.stats.size, fileSize, res.stats.next)
+	if err != nil {
+		return nil, fmt.Errorf("copy the damaged tail of %s to the quarantine: %w", path, err)
+	}
+	l.log.Error("set a damaged segment tail aside in the quarantine", "segment", path, "offset", d.Offset, "position", d.Position,
+		"bytes", fileSize-res.stats.size, "intact_batches", found, "intact_records", records, "end_offset", end,
+		"quarantine_file", qpath, "reason", d.Reason)
+	r.lost, r.changed = max(r.lost, end), true
+	r.cut = &tailCut{s: s, size: res.stats.size}
+	return r.cut, nil
+}
+
+// tailFileName names the copy of a segment's tail in the quarantine: the
+// segment's file name, the byte position the tail starts at and the
+// offset the log expected there.
+func tailFileName(segFile string, pos, offset int64) string {
+	return fmt.Sprintf("%s.tail-at-byte-%d-offset-%d", segFile, pos, offset)
+}
+
+// copyTail copies f (the segment file at path) from byte from to size into
+// a new file in qdir, durably, and returns its path.
+func copyTail(qdir string, f *os.File, path string, from, size, offset int64) (string, error) {
+	if err := mkdirAllSynced(qdir); err != nil {
+		return "", err
+	}
+	dst := freeName(filepath.Join(qdir, tailFileName(filepath.Base(path), from, offset)))
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return "", err
+	}
+	n, err := io.Copy(out, io.NewSectionReader(f, from, size-from))
+	if err == nil && n != size-from {
+		err = fmt.Errorf("copied %d of %d bytes", n, size-from)
+	}
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = syncDir(qdir)
+	}
+	return dst, err
+}
+
+// mkdirAllSynced creates dir and its missing parents and makes their
+// entries durable.
+func mkdirAllSynced(dir string) error {
+	var created []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil || filepath.Dir(d) == d {
+			break
+		}
+		created = append(created, d)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, d := range created {
+		if err := syncDir(filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -450,6 +585,20 @@ func (r *recovery) finish() error {
 		l.log.Warn("new segment after set-aside data", "segment", s.base)
 		r.cp.recoveryPoint = need
 	}
+	if c := r.cut; c != nil {
+		// The tail is safe in the quarantine and the segment past its
+		// offsets durable. A stop before the cut leaves damage in a
+		// segment that is no longer the last (refused; with the
+		// quarantine the segment is set aside), one after it a log that
+		// does not continue (refused; with the quarantine the gap is
+		// recorded): never a log that gives the tail's offsets out again.
+		if err := c.s.f.Truncate(c.size); err != nil {
+			return err
+		}
+		if err := c.s.f.Sync(); err != nil {
+			return err
+		}
+	}
 	r.cp.normalize()
 	// The checkpoint goes first: after a crash before the moves the
 	// damaged segments are found again, which is safe; the other order
@@ -479,7 +628,7 @@ func (r *recovery) finish() error {
 
 // quarantineFile moves path into qdir (under a free name) durably.
 func quarantineFile(qdir, path string) error {
-	if err := os.MkdirAll(qdir, 0o755); err != nil {
+	if err := mkdirAllSynced(qdir); err != nil {
 		return err
 	}
 	if err := os.Rename(path, freeName(filepath.Join(qdir, filepath.Base(path)))); err != nil {
@@ -532,27 +681,102 @@ func (l *Log) salvage(r io.ReaderAt, pos, size, next, limit int64) int64 {
 	return end
 }
 
-// salvageScan is salvage without side effects but fn.
+// salvageScan is salvage without side effects but fn: it returns one past
+// the highest offset of the intact batches from byte pos on (or next).
 func salvageScan(r io.ReaderAt, pos, size, next, limit int64, fn func(batch.Header)) int64 {
+	end, _, _ := findIntact(r, pos, size, intactRule{min: next, limit: limit, origin: -1}, func(h batch.Header, _ int64) bool {
+		fn(h)
+		return true
+	})
+	return end
+}
+
+// intactRule says which record batches past damage findIntact believes.
+type intactRule struct {
+	// min is the lowest base offset believed: the offset the log expected
+	// where the damage starts. The batch CRC does not cover the base
+	// offset, and an older batch carried in a record's value is intact
+	// too, so offsets below it are not believed.
+	min int64
+	// limit is one past the highest offset believed.
+	limit int64
+	// origin, when not -1, is the byte position of the damage in bytes
+	// whose offsets are contiguous (no cleaner gaps): each batch between
+	// it and pos takes at least HeaderLen bytes and at most 2^31
+	// offsets, so a batch at pos holds no offset beyond
+	// min + ((pos-origin)/HeaderLen + 1) * 2^31.
+	origin int64
+}
+
+// maxBase is the highest base offset believed for a batch at pos.
+func (c intactRule) maxBase(pos int64) int64 {
+	if c.origin < 0 || pos < c.origin {
+		return math.MaxInt64
+	}
+	n := (pos-c.origin)/batch.HeaderLen + 1
+	if n >= (math.MaxInt64-max(c.min, 0))>>31 {
+		return math.MaxInt64
+	}
+	return c.min + n<<31
+}
+
+// findIntact looks through r, of size bytes, from byte pos on for record
+// batches that are intact past damage: at every byte position in turn a
+// header with magic 2, a length that fits in the file, counts that agree
+// (batch.ParseHeader), a known codec and believable offsets (see
+// intactRule), and a CRC-32C over attributes to end (batch.VerifyCRC)
+// that checks. Random bytes pass all of that about once in 2^40 positions
+// or fewer. Past a batch found the search resumes after it, so batches
+// carried inside a found batch's records are not found. fn sees each
+// batch and its position; false stops the search. findIntact returns one
+// past the highest offset found (c.min if none), how many batches were
+// found, and the first read error.
+func findIntact(r io.ReaderAt, pos, size int64, c intactRule, fn func(batch.Header, int64) bool) (end int64, found int, err error) {
 	sc := newScanner(r, size)
-	end := next
-	for pos+batch.HeaderLen <= size {
+	end = c.min
+	for pos >= 0 && pos+batch.HeaderLen <= size {
 		hb, err := sc.at(pos, batch.HeaderLen)
 		if err != nil {
-			return end
+			return end, found, err
+		}
+		if hb[16] != batch.MagicV2 {
+			// Most positions fail here: skip to the next magic byte in
+			// what the scanner's window holds (it holds hb).
+			win := sc.buf[pos-sc.start+16 : sc.n]
+			if i := bytes.IndexByte(win, batch.MagicV2); i >= 0 {
+				pos += int64(i)
+			} else {
+				pos += int64(len(win))
+			}
+			continue
+		}
+		length := int64(int32(binary.BigEndian.Uint32(hb[8:])))
+		base := int64(binary.BigEndian.Uint64(hb))
+		if length > size-pos-batch.LogOverhead || base < c.min || base > c.maxBase(pos) {
+			pos++
+			continue
 		}
 		h, err := batch.ParseHeader(hb)
-		if err == nil && h.Size() <= size-pos && h.BaseOffset >= end && h.LastOffset() < limit {
-			if b, err := sc.at(pos, int(h.Size())); err == nil && batch.VerifyCRC(b) == nil {
-				fn(h)
-				end = h.LastOffset() + 1
-				pos += h.Size()
-				continue
-			}
+		if err != nil || !h.Codec().Valid() || h.LastOffset() < h.BaseOffset || h.LastOffset() >= c.limit {
+			pos++
+			continue
 		}
-		pos++
+		b, err := sc.at(pos, int(h.Size()))
+		if err != nil {
+			return end, found, err
+		}
+		if batch.VerifyCRC(b) != nil {
+			pos++
+			continue
+		}
+		end = max(end, h.LastOffset()+1)
+		found++
+		if !fn(h, pos) {
+			return end, found, nil
+		}
+		pos += h.Size()
 	}
-	return end
+	return end, found, nil
 }
 
 // Survey is what a partition directory holds, read without changing it.
@@ -617,4 +841,119 @@ func SurveyDir(dir string) (Survey, error) {
 		sv.EndOffset = max(sv.EndOffset, next)
 	}
 	return sv, nil
+}
+
+// QuarantinedBatch is one intact record batch read back from a file set
+// aside in the quarantine.
+type QuarantinedBatch struct {
+	// Position is the batch's byte position in the file.
+	Position int64
+	Header   batch.Header
+	// Raw is the batch as it was stored: a Kafka v2 record batch, its
+	// CRC checked.
+	Raw []byte
+	// Records are its records (Offset is the batch's base offset plus
+	// the record's delta), nil if they did not decode.
+	Records []batch.Record
+	// Err says why the records did not decode.
+	Err error
+}
+
+// ReadQuarantinedTail reads a file that a start set aside in the
+// quarantine and returns every intact record batch in it, in file order.
+// A damaged segment tail ("<segment>.log.tail-at-byte-<pos>-offset-<n>")
+// starts with the damaged bytes, then holds the batches written after
+// them; a moved segment ("<segment>.log") holds its batches around the
+// damage. Intact batches are found as the start found them (findIntact):
+// a batch whose header and CRC check at any byte position, with base
+// offset at least the one the file name gives (n for a tail, the
+// segment's base for a segment, 0 for another name). Records are decoded
+// within batch.MaxDecompressedSize.
+func ReadQuarantinedTail(path string) ([]QuarantinedBatch, error) {
+	var out []QuarantinedBatch
+	err := readQuarantined(path, func(q QuarantinedBatch) bool {
+		out = append(out, q)
+		return true
+	})
+	return out, err
+}
+
+// DumpQuarantinedTail writes the records of the intact batches of a file
+// in the quarantine (see ReadQuarantinedTail) to w, one line per record:
+// the offset, the key and the value, separated by tabs, with the key and
+// the value as Go-quoted strings (strconv.Unquote gives the bytes back) or
+// null. It returns how many records it wrote; batches whose records do not
+// decode are named in the error, after every other record is written.
+func DumpQuarantinedTail(w io.Writer, path string) (int, error) {
+	bw := bufio.NewWriter(w)
+	n := 0
+	var errs []error
+	quote := func(b []byte) string {
+		if b == nil {
+			return "null"
+		}
+		return strconv.Quote(string(b))
+	}
+	err := readQuarantined(path, func(q QuarantinedBatch) bool {
+		if q.Err != nil {
+			errs = append(errs, fmt.Errorf("batch at byte %d (offsets %d to %d): %w", q.Position, q.Header.BaseOffset, q.Header.LastOffset(), q.Err))
+			return true
+		}
+		for _, r := range q.Records {
+			fmt.Fprintf(bw, "%d\t%s\t%s\n", r.Offset, quote(r.Key), quote(r.Value))
+			n++
+		}
+		return true
+	})
+	if ferr := bw.Flush(); err == nil {
+		err = ferr
+	}
+	return n, errors.Join(append([]error{err}, errs...)...)
+}
+
+// readQuarantined hands fn each intact batch of the quarantined file at
+// path, with its records decoded, until fn returns false.
+func readQuarantined(path string, fn func(QuarantinedBatch) bool) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	rule := quarantinedRule(filepath.Base(path))
+	var readErr error
+	_, _, err = findIntact(f, 0, fi.Size(), rule, func(h batch.Header, pos int64) bool {
+		raw := make([]byte, h.Size())
+		if _, readErr = f.ReadAt(raw, pos); readErr != nil {
+			return false
+		}
+		q := QuarantinedBatch{Position: pos, Header: h, Raw: raw}
+		q.Records, q.Err = batch.Records(raw)
+		return fn(q)
+	})
+	return cmp.Or(err, readErr)
+}
+
+// quarantinedRule is the intactRule for a file in the quarantine, from
+// its name (a trailing ".<n>" from freeName is allowed).
+func quarantinedRule(name string) intactRule {
+	rule := intactRule{limit: math.MaxInt64, origin: -1}
+	if len(name) < 24 {
+		return rule
+	}
+	base, ok := parseSegmentName(name[:24])
+	if !ok {
+		return rule
+	}
+	rule.min = base
+	var pos, offset int64
+	if n, _ := fmt.Sscanf(name[24:], ".tail-at-byte-%d-offset-%d", &pos, &offset); n == 2 && offset >= base {
+		// The tail starts at the damage, in the last segment: offsets
+		// are contiguous from there.
+		rule.min, rule.origin = offset, 0
+	}
+	return rule
 }
