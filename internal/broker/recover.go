@@ -46,7 +46,13 @@ const ProducerIDMargin = 1 << 32
 // ProducerIDMargin. It reads the partition logs without changing them and
 // reports what it found; it writes nothing if a directory cannot be
 // accounted for (no descriptor without AdoptUnknown, two directories
-// claiming one name, a missing partition), naming each. An old meta.json
+// claiming one name, a missing partition), naming each. Pending removals
+// in a readable old meta.json are kept, except removals of partitions (a
+// CreatePartitions that did not commit) whose directories are all there:
+// those are dropped and the partitions kept, so that the next start does
+// not remove them and then refuse to start without them (with one of them
+// missing, the removal is kept if the others hold no records, see
+// pendingPartitions). An old meta.json
 // is kept beside the new one as meta.json.bak-<time>.
 func Recover(opts RecoverOptions) error {
 	out := opts.Out
@@ -70,9 +76,13 @@ func Recover(opts RecoverOptions) error {
 	}
 
 	// Removals recorded in a readable old file are kept: their
-	// directories are not topics to bring back.
+	// directories are not topics to bring back. Removals of partitions
+	// that the directories contradict are dropped (pendingPartitions).
 	removed := map[string]bool{}
 	var removals []removal
+	// dropped are the removals of partitions that the directories
+	// contradict (see pendingPartitions), by index in removals.
+	dropped := map[int]bool{}
 	oldTopics := map[string]topicMeta{}
 	if haveOld {
 		for _, t := range old.Topics {
@@ -132,8 +142,24 @@ func Recover(opts RecoverOptions) error {
 		if err != nil {
 			return err
 		}
+		recorded := tm.Partitions // by the descriptor or the old file
 		for p := range parts {
 			tm.Partitions = max(tm.Partitions, p+1)
+		}
+		for i, r := range removals {
+			if r.ID != tm.ID || r.FromPartition == 0 {
+				continue
+			}
+			keep, problem, err := pendingPartitions(out, path, &tm, recorded, parts, r)
+			if err != nil {
+				return err
+			}
+			if problem != "" {
+				problems = append(problems, problem)
+			}
+			if !keep {
+				dropped[i] = true
+			}
 		}
 		if len(other) > 0 {
 			problems = append(problems, fmt.Sprintf("%s: unexpected entries %s; move them out", path, strings.Join(other, ", ")))
@@ -170,7 +196,12 @@ func Recover(opts RecoverOptions) error {
 		return fmt.Errorf("nothing was written: problems found (listed above): %d", len(problems))
 	}
 
-	m := metaFile{PendingRemovals: removals}
+	m := metaFile{}
+	for i, r := range removals {
+		if !dropped[i] {
+			m.PendingRemovals = append(m.PendingRemovals, r)
+		}
+	}
 	if haveOld {
 		m.OffsetsTopic, m.PendingOffsetCleanups = old.OffsetsTopic, old.PendingOffsetCleanups
 	}
@@ -237,4 +268,66 @@ func describeErr(err error, d descriptor, id string) string {
 		return fmt.Sprintf("it names id %q", d.ID)
 	}
 	return fmt.Sprintf("bad topic name %q", d.Name)
+}
+
+// pendingPartitions decides what becomes of r, a removal recorded in the
+// old meta.json of topic tm's partitions from r.FromPartition on: a
+// CreatePartitions that did not commit. It records the removal, opens
+// (creates) the new partitions one by one, writes the descriptor (which
+// makes their directory entries durable) and commits by writing meta.json
+// without the removal. Keeping the removal where the directories exist
+// would have the next start remove them and then refuse to start without
+// them, so:
+//
+//   - no directory from r.FromPartition on: kept, nothing to remove;
+//   - every directory up to the highest one present: dropped, and the
+//     partitions are kept and served (they exist; nothing is deleted);
+//   - one missing below another (its entry was lost before the
+//     descriptor was written, so the creation never committed): kept,
+//     with tm cut back to r.FromPartition partitions for the next start
+//     to remove the others, if they hold no records; else a problem.
+//
+// recorded is the partition count the descriptor (or the old file) gave.
+// It reports each decision to out.
+func pendingPartitions(out io.Writer, path string, tm *topicMeta, recorded int32, parts map[int32]bool, r removal) (keep bool, problem string, err error) {
+	from := r.FromPartition
+	what := fmt.Sprintf("the pending removal of partitions %d and up of topic %q (%s) recorded in the old %s", from, tm.Name, r.Reason, metaName)
+	if tm.Partitions <= from {
+		fmt.Fprintf(out, "%s: kept %s: no partition directory from %d on, nothing to remove\n", path, what, from)
+		return true, "", nil
+	}
+	missing := int32(-1)
+	for p := from; p < tm.Partitions; p++ {
+		if !parts[p] {
+			missing = p
+			break
+		}
+	}
+	if missing < 0 {
+		fmt.Fprintf(out, "%s: dropped %s: the directories of partitions %d to %d are all present, so they are kept and served\n", path, what, from, tm.Partitions-1)
+		return false, "", nil
+	}
+	if recorded > from {
+		// The descriptor counts the new partitions: they were all made
+		// durable, and one is missing since. Reported as missing below.
+		return true, "", nil
+	}
+	for p := from; p < tm.Partitions; p++ {
+		if !parts[p] {
+			continue
+		}
+		pdir := filepath.Join(path, strconv.Itoa(int(p)))
+		sv, err := partition.SurveyDir(pdir)
+		if err != nil {
+			return true, "", fmt.Errorf("reading %s: %w", pdir, err)
+		}
+		if sv.EndOffset > 0 || len(sv.Problems) > 0 {
+			return true, fmt.Sprintf("%s: partition %d of topic %q is missing, but partition %d holds records (offsets %d to %d, %d problems), so %s cannot be finished; restore partition %d, or create it empty (mkdir) to accept that its records are lost",
+				filepath.Join(path, strconv.Itoa(int(missing))), missing, tm.Name, p, sv.StartOffset, sv.EndOffset-1, len(sv.Problems), what, missing), nil
+		}
+	}
+	fmt.Fprintf(out, "%s: kept %s: partition %d's directory is missing, so the creation never finished; the other new partitions (up to %d) hold no records and the next start removes them\n",
+		path, what, missing, tm.Partitions-1)
+	tm.Partitions = from
+	return true, "", nil
 }

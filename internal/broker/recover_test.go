@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/groupd/groupd/internal/batch/batchtest"
+	"github.com/groupd/groupd/internal/partition"
 	"github.com/groupd/groupd/internal/partition/partitiontest"
 )
 
@@ -151,5 +153,194 @@ func TestRecoverMissingPartition(t *testing.T) {
 	os.MkdirAll(pdir, 0o755)
 	if err := Recover(RecoverOptions{DataDir: dir, Out: &out}); err != nil {
 		t.Fatalf("recover: %v\n%s", err, out.String())
+	}
+}
+
+// TestRecoverAfterCrashInCreatePartitions: at every point where a crash
+// can stop CreatePartitions (growing topic a from 2 to 4 partitions), a
+// forced recover writes a meta.json from which the broker opens, serving
+// every partition whose directory is there and every record in them. A
+// recorded removal of partitions whose directories exist is dropped, and
+// the report says so; with the first new directory lost (the creation
+// never committed) the others are removed by the start only if they hold
+// no records.
+func TestRecoverAfterCrashInCreatePartitions(t *testing.T) {
+	cases := []struct {
+		name string
+		// crash replays CreatePartitions("a", 4) up to a crash point,
+		// with the broker's own steps.
+		crash func(t *testing.T, b *Broker, ta *Topic)
+		// want is the partition count of a after recover and start;
+		// report is what the report must say about the removal.
+		want   int32
+		report string
+	}{
+		{"removal-recorded", func(t *testing.T, b *Broker, ta *Topic) {}, 2, "kept the pending removal of partitions 2 and up"},
+		{"first-partition-made", func(t *testing.T, b *Broker, ta *Topic) { growT(t, b, ta, 3) }, 3, "dropped the pending removal of partitions 2 and up"},
+		{"partitions-made", func(t *testing.T, b *Broker, ta *Topic) { growT(t, b, ta, 4) }, 4, "dropped"},
+		{"descriptor-written", func(t *testing.T, b *Broker, ta *Topic) {
+			growT(t, b, ta, 4)
+			describeT(t, b, ta, 4)
+			appendT(t, ta.Partition(3), "in a partition whose creation did not commit")
+		}, 4, "dropped"},
+		// persistLocked failed; the undo wrote the old descriptor back
+		// and could not remove the directories.
+		{"undo-stopped", func(t *testing.T, b *Broker, ta *Topic) {
+			growT(t, b, ta, 4)
+			describeT(t, b, ta, 4)
+			describeT(t, b, ta, 2)
+		}, 4, "dropped"},
+		// Partition 2's directory entry was never made durable (the
+		// directory goes once the broker is closed, see below).
+		{"first-new-directory-lost", func(t *testing.T, b *Broker, ta *Topic) { growT(t, b, ta, 4) },
+			2, "partition 2's directory is missing, so the creation never finished"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			a, bt, cluster := withData(t, dir)
+			b := open(t, dir)
+			ta, _ := b.TopicByID(a)
+			b.mu.Lock()
+			err := b.recordRemoval(removal{Topic: "a", ID: a.String(), FromPartition: 2, Reason: "create-partitions"})
+			b.mu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.crash(t, b, ta)
+			// The process dies: meta.json still records the removal.
+			// Close only closes files; it writes no metadata.
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if c.name == "first-new-directory-lost" {
+				if err := os.RemoveAll(filepath.Join(dir, "logs", a.String(), "2")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if m := readMetaT(t, dir); len(m.PendingRemovals) != 1 || m.Topics[0].Partitions != 2 {
+				t.Fatalf("meta.json after the crash: %+v", m)
+			}
+
+			var out bytes.Buffer
+			if err := Recover(RecoverOptions{DataDir: dir, Force: true, Out: &out}); err != nil {
+				t.Fatalf("recover: %v\n%s", err, out.String())
+			}
+			if !strings.Contains(out.String(), c.report) || !strings.Contains(out.String(), `topic "a" (create-partitions)`) {
+				t.Errorf("report does not say %q about the removal:\n%s", c.report, out.String())
+			}
+			b2, err := Open(Config{DataDir: dir, Log: partition.Options{Sync: partition.SyncNever}})
+			if err != nil {
+				t.Fatalf("start after recover: %v\n%s", err, out.String())
+			}
+			defer b2.Close()
+			if b2.ClusterID() != cluster {
+				t.Fatalf("cluster id %q, want %q", b2.ClusterID(), cluster)
+			}
+			ta2, ok := b2.TopicByID(a)
+			if !ok || int32(len(ta2.Partitions())) != c.want {
+				t.Fatalf("topic a after recover and start: %+v, want %d partitions\n%s", ta2, c.want, out.String())
+			}
+			if ta2.Partition(1).HighWatermark() != 6 {
+				t.Fatalf("partition 1 ends at %d, want 6", ta2.Partition(1).HighWatermark())
+			}
+			if c.want == 4 {
+				want := int64(0)
+				if c.name == "descriptor-written" {
+					want = 1
+				}
+				if hw := ta2.Partition(3).HighWatermark(); hw != want {
+					t.Fatalf("partition 3 ends at %d, want %d", hw, want)
+				}
+			}
+			parts, _, _ := partitionDirs(filepath.Join(dir, "logs", a.String()))
+			if int32(len(parts)) != c.want {
+				t.Fatalf("partition directories %v, want %d", parts, c.want)
+			}
+			if tb, ok := b2.TopicByID(bt); !ok || tb.Partition(0).HighWatermark() != 1 {
+				t.Fatal("topic b after recover")
+			}
+			if m := readMetaT(t, dir); len(m.PendingRemovals) != 0 {
+				t.Fatalf("removals still recorded after the start: %+v", m.PendingRemovals)
+			}
+			// The topic grows again as asked.
+			if err := b2.CreatePartitions("a", 5, false); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestRecoverKeepsRecordsOfUnfinishedPartitions: when the first new
+// partition's directory is lost and another new one holds records,
+// finishing the removal would delete them: recover names the problem and
+// writes nothing, and after the operator accepts the loss of the missing
+// partition (mkdir) it keeps them all.
+func TestRecoverKeepsRecordsOfUnfinishedPartitions(t *testing.T) {
+	dir := t.TempDir()
+	a, _, _ := withData(t, dir)
+	b := open(t, dir)
+	ta, _ := b.TopicByID(a)
+	b.mu.Lock()
+	err := b.recordRemoval(removal{Topic: "a", ID: a.String(), FromPartition: 2, Reason: "create-partitions"})
+	b.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	growT(t, b, ta, 4)
+	appendT(t, ta.Partition(3), "kept")
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p2 := filepath.Join(dir, "logs", a.String(), "2")
+	os.RemoveAll(p2)
+	old, _ := os.ReadFile(filepath.Join(dir, metaName))
+
+	var out bytes.Buffer
+	if err := Recover(RecoverOptions{DataDir: dir, Force: true, Out: &out}); err == nil || !strings.Contains(out.String(), p2) || !strings.Contains(out.String(), "partition 3 holds records") {
+		t.Fatalf("recover: %v\n%s", err, out.String())
+	}
+	if now, _ := os.ReadFile(filepath.Join(dir, metaName)); !bytes.Equal(now, old) {
+		t.Fatal("meta.json changed despite the problem")
+	}
+	os.MkdirAll(p2, 0o755)
+	out.Reset()
+	if err := Recover(RecoverOptions{DataDir: dir, Force: true, Out: &out}); err != nil {
+		t.Fatalf("recover after mkdir: %v\n%s", err, out.String())
+	}
+	b2 := open(t, dir)
+	defer b2.Close()
+	ta2, _ := b2.TopicByID(a)
+	if len(ta2.Partitions()) != 4 || ta2.Partition(3).HighWatermark() != 1 {
+		t.Fatalf("topic a: %d partitions", len(ta2.Partitions()))
+	}
+}
+
+// growT opens (creates) ta's partitions up to n, as CreatePartitions does
+// after recording the removal.
+func growT(t *testing.T, b *Broker, ta *Topic, n int32) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.openPartitions(ta, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// describeT writes ta's descriptor with n partitions, as CreatePartitions
+// (n new) and its undo (n old) do.
+func describeT(t *testing.T, b *Broker, ta *Topic, n int32) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := writeDescriptor(b.topicDir(ta), b.descriptorOf(ta, n)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func appendT(t *testing.T, l *partition.Log, value string) {
+	t.Helper()
+	if _, err := l.Append([][]byte{batchtest.Build(batchtest.NonIdempotent(1, batchtest.Values(value)...))}); err != nil {
+		t.Fatal(err)
 	}
 }
