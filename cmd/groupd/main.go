@@ -150,7 +150,7 @@ func serveCmd() *cobra.Command {
 	f.Int64Var(&cfg.Log.SegmentBytes, "segment-bytes", 256<<20, "roll a partition's segment file after this many bytes")
 	f.StringVar(&cfg.HTTPListen, "http-listen", "127.0.0.1:9644", "address of the HTTP side: Prometheus metrics at /metrics, the JSON admin API under /api/v1, the status page at /; empty disables it")
 	f.IntVar(&cfg.MetricsMaxGroups, "metrics-max-groups", metrics.DefaultMaxGroups, "most groups with their own members and lag series (the groups with the most lag); the others are summed into aggregate series; 0 gives no per-group series")
-	f.BoolVar(&cfg.QuarantineDamagedSegments, "quarantine-damaged-segments", false, "on start, move partition segments found damaged below their recovery point to quarantine/ in the data directory and serve the rest, instead of refusing to start")
+	f.BoolVar(&cfg.QuarantineDamagedSegments, "quarantine-damaged-segments", false, "on start, set damaged partition data aside in quarantine/ in the data directory and serve the rest, instead of refusing to start: a segment damaged below its recovery point is moved there, a damaged tail with intact batches behind it is copied there and cut")
 	for _, d := range topicDefaultFlags {
 		def, _ := broker.LookupConfig(d.config)
 		topicDefaults[d.flag] = f.String(d.flag, def.Default, fmt.Sprintf("%s (%s): the default of the topic config %s", d.usage, def.BrokerName, d.config))
