@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/groupd/groupd/internal/datadir"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -116,6 +117,8 @@ func (t *Topic) Partition(p int32) *partition.Log {
 type Broker struct {
 	cfg Config
 	log *slog.Logger
+	// lock is the data directory's, held from Open to Close.
+	lock *datadir.Lock
 
 	mu        sync.RWMutex // guards topics, byID, removals and the metadata file
 	topics    map[string]*Topic
@@ -150,8 +153,26 @@ const producerIDBlock = 1000
 // is accounted for, and opens every partition log. It deletes nothing it
 // cannot account for: missing or unreadable metadata with partition data
 // present, an unknown directory, or a missing partition stops it with an
-// error naming the path.
+// error naming the path. It first locks the data directory (datadir),
+// until Close; a directory another process holds is an *datadir.InUseError
+// and is left untouched.
 func Open(cfg Config) (*Broker, error) {
+	// Nothing in the directory is read or written before it is locked.
+	lock, err := datadir.Acquire(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	b, err := openLocked(cfg)
+	if err != nil {
+		lock.Release()
+		return nil, err
+	}
+	b.lock = lock
+	return b, nil
+}
+
+// openLocked is Open with the data directory locked.
+func openLocked(cfg Config) (*Broker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -730,7 +751,7 @@ func (b *Broker) Close() error {
 	})
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.closeAll()
+	return errors.Join(b.closeAll(), b.lock.Release())
 }
 
 func (b *Broker) closeAll() error {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/groupd/groupd/internal/datadir"
 	"io"
 	"maps"
 	"os"
@@ -55,6 +56,15 @@ const ProducerIDMargin = 1 << 32
 // pendingPartitions). An old meta.json
 // is kept beside the new one as meta.json.bak-<time>.
 func Recover(opts RecoverOptions) error {
+	// Never under a running groupd: its logs and metadata are moving.
+	if _, err := os.Stat(opts.DataDir); err != nil {
+		return err
+	}
+	lock, err := datadir.Acquire(opts.DataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	out := opts.Out
 	if out == nil {
 		out = io.Discard

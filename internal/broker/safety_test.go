@@ -174,6 +174,7 @@ func TestCrashBetweenRecordingDeletionAndRemoval(t *testing.T) {
 		t.Fatalf("recorded removals %+v", m.PendingRemovals)
 	}
 	// No Close: the process died.
+	b.crash()
 	b2 := open(t, dir)
 	defer b2.Close()
 	if _, err := os.Stat(adir); !os.IsNotExist(err) {

@@ -11,10 +11,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/groupd/groupd/internal/datadir"
 )
 
 // Snapshot maps every path under dir (relative, with a leading separator)
-// to its size and content digest, or to "dir" for a directory.
+// to its size and content digest, or to "dir" for a directory. The data
+// directory's lock file (datadir.LockName at dir's top) is left out: every
+// process that takes the lock, including a start that then refuses,
+// writes its pid there.
 func Snapshot(t testing.TB, dir string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
@@ -23,6 +28,9 @@ func Snapshot(t testing.TB, dir string) map[string]string {
 			return err
 		}
 		name := strings.TrimPrefix(p, dir)
+		if name == string(filepath.Separator)+datadir.LockName {
+			return nil
+		}
 		if d.IsDir() {
 			out[name] = "dir"
 			return nil
