@@ -262,33 +262,38 @@ func (c *Coordinator) Submit(ctx context.Context, clientID, clientHost string, r
 // caller may hold inside its own value: a group request then costs its
 // caller no allocation of the coordinator's.
 func (c *Coordinator) Start(ctx context.Context, clientID, clientHost string, req kmsg.Request, p *Pending) {
-	var groupID string
-	switch r := req.(type) {
-	case *kmsg.JoinGroupRequest:
-		groupID = r.Group
-	case *kmsg.SyncGroupRequest:
-		groupID = r.Group
-	case *kmsg.HeartbeatRequest:
-		groupID = r.Group
-	case *kmsg.LeaveGroupRequest:
-		groupID = r.Group
-	case *kmsg.OffsetCommitRequest:
-		groupID = r.Group
-	case *kmsg.OffsetDeleteRequest:
-		groupID = r.Group
-	case *kmsg.ConsumerGroupHeartbeatRequest:
-		groupID = r.Group
-	case *kmsg.OffsetFetchRequest:
-		if r.Version >= 8 {
-			p.resp, p.err = c.Handle(ctx, clientID, clientHost, req)
-			return
-		}
-		groupID = r.Group
-	default:
+	groupID, ok := groupOf(req)
+	if !ok {
 		p.resp, p.err = c.Handle(ctx, clientID, clientHost, req)
 		return
 	}
 	c.shardOf(groupID).start(clientID, clientHost, req, p)
+}
+
+// groupOf returns the one group a request names, and false for a request
+// that names several (or none): those are split across shards by Handle.
+func groupOf(req kmsg.Request) (string, bool) {
+	switch r := req.(type) {
+	case *kmsg.JoinGroupRequest:
+		return r.Group, true
+	case *kmsg.SyncGroupRequest:
+		return r.Group, true
+	case *kmsg.HeartbeatRequest:
+		return r.Group, true
+	case *kmsg.LeaveGroupRequest:
+		return r.Group, true
+	case *kmsg.OffsetCommitRequest:
+		return r.Group, true
+	case *kmsg.OffsetDeleteRequest:
+		return r.Group, true
+	case *kmsg.ConsumerGroupHeartbeatRequest:
+		return r.Group, true
+	case *kmsg.OffsetFetchRequest:
+		if r.Version < 8 {
+			return r.Group, true
+		}
+	}
+	return "", false
 }
 
 // Pending is the reply to a submitted request, which its shard releases

@@ -22,6 +22,11 @@ type Observer interface {
 	RebalanceEnded(r inspect.Rebalance)
 	// StoreWrite is called after every write of a batch of records.
 	StoreWrite(took time.Duration, records int, err error)
+	// ShardPanic is called when a shard's machine panicked and the panic
+	// was contained: the shard is being rebuilt from the store (down
+	// false), or it panicked again while being rebuilt and stays
+	// unavailable until a restart (down true).
+	ShardPanic(shard int, down bool)
 }
 
 // ErrNotServing is returned by the inspect methods for a group whose shard

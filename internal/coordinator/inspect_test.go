@@ -24,6 +24,18 @@ type recorder struct {
 	rebalances []inspect.Rebalance
 	writes     int
 	records    int
+	// panics and down count ShardPanic calls, down those that left a
+	// shard unavailable.
+	panics, down int
+}
+
+func (r *recorder) ShardPanic(_ int, down bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.panics++
+	if down {
+		r.down++
+	}
 }
 
 func (r *recorder) RebalanceEnded(rb inspect.Rebalance) {

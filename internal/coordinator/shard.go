@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"fmt"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -135,7 +136,10 @@ type shard struct {
 	queue  []event
 	loaded bool // requests are accepted only when loaded
 	closed bool
-	wake   chan struct{} // capacity 1: a pending wake-up
+	// down is set when the shard's machine panicked again while being
+	// rebuilt (goDown): its groups are answered COORDINATOR_NOT_AVAILABLE.
+	down bool
+	wake chan struct{} // capacity 1: a pending wake-up
 
 	done  chan struct{} // closed when the loop has exited
 	ready chan struct{} // closed when the first load completed
@@ -162,7 +166,10 @@ type shard struct {
 	own sync.Mutex
 
 	// Loop-owned.
-	m       *group.Machine
+	m *group.Machine
+	// broken is set when a step panicked (contain): the machine is gone
+	// and nothing is stepped until the loop has rebuilt it.
+	broken  bool
 	waiting map[group.RequestID]*call
 	// asking is the request being stepped until its reply is collected;
 	// it joins waiting if the machine parks it.
@@ -238,6 +245,9 @@ func (s *shard) submit(cl *call) kmsg.Response {
 	case s.closed:
 		s.mu.Unlock()
 		return ErrorResponse(cl.req, kerr.NotCoordinator.Code)
+	case s.down:
+		s.mu.Unlock()
+		return ErrorResponse(cl.req, kerr.CoordinatorNotAvailable.Code)
 	case !s.loaded:
 		s.mu.Unlock()
 		return ErrorResponse(cl.req, kerr.CoordinatorLoadInProgress.Code)
@@ -262,7 +272,7 @@ func (s *shard) stepInline() bool {
 		return false
 	}
 	defer s.own.Unlock()
-	if s.inflight != nil || !s.cur.empty() {
+	if s.inflight != nil || !s.cur.empty() || s.broken {
 		return false
 	}
 	evs := s.takeRequests()
@@ -302,8 +312,8 @@ func (s *shard) runFunc(fn func(*group.Machine)) bool {
 		return false
 	}
 	s.queue = append(s.queue, event{kind: evFunc, done: done, fn: func(m *group.Machine) {
-		ran = true
 		fn(m)
+		ran = true // not if fn panicked (contain)
 	}})
 	s.mu.Unlock()
 	s.signal()
@@ -417,6 +427,9 @@ func (s *shard) take(n int) []event {
 // stop.
 func (s *shard) stepQueued() bool {
 	for {
+		if s.broken && !s.rebuild() {
+			return false
+		}
 		// A write that landed meanwhile frees the writer for the batch
 		// gathered so far.
 		select {
@@ -530,9 +543,18 @@ func (s *shard) processTaken(evs []event) bool {
 }
 
 // process steps the machine through evs into the current batch. It
-// reports false when the shard must stop.
-func (s *shard) process(evs []event) bool {
-	for _, ev := range evs {
+// reports false when the shard must stop. A panic while stepping is
+// contained (contain): the events after it are answered, not stepped.
+func (s *shard) process(evs []event) (ok bool) {
+	i := 0
+	defer func() {
+		if p := recover(); p != nil {
+			s.contain(p, evs[i], evs[i+1:])
+			ok = true
+		}
+	}()
+	for ; i < len(evs); i++ {
+		ev := evs[i]
 		s.cur.events++
 		switch ev.kind {
 		case evRequest:
@@ -623,7 +645,7 @@ func unheld(msg kmsg.Response) bool {
 // cannot be read either, the shard goes back to loading: queued requests
 // get COORDINATOR_LOAD_IN_PROGRESS and loading is retried with backoff.
 func (s *shard) reload(hold []held) bool {
-	s.m = nil
+	s.m, s.broken = nil, false
 	s.stopTimers()
 	err := s.load(true)
 	for _, h := range hold {
@@ -636,6 +658,9 @@ func (s *shard) reload(hold []held) bool {
 	s.failWaiting(kerr.CoordinatorNotAvailable.Code)
 	if err == nil {
 		return true
+	}
+	if isStepPanic(err) {
+		return s.goDown(err)
 	}
 	s.log.Error("reloading shard failed", "err", err)
 	s.setLoaded(false)
@@ -689,6 +714,18 @@ func (s *shard) loadWithRetry(reload bool) bool {
 			s.attempted()
 			return false
 		}
+		if isStepPanic(err) {
+			if reload {
+				return s.goDown(err)
+			}
+			// At start the records are what the machine cannot
+			// take: the start stops, naming the shard, as for a
+			// record that does not decode.
+			s.log.Error("the group machine panicked while loading the shard's records; the shard stops", "err", err)
+			s.failures.add(fmt.Errorf("shard %d: loading its records: %w", s.id, err))
+			s.attempted()
+			return false
+		}
 		s.attempted()
 		s.log.Error("loading shard failed; retrying (its groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile)", "err", err, "backoff", backoff)
 		// A reload runs inside the event loop, which may already have
@@ -739,6 +776,8 @@ func (s *shard) load(reload bool) (err error) {
 			}
 		}()
 	}
+	// Runs first: a panic is the attempt's error.
+	defer recoverLoad(&err)
 	start := time.Now()
 	m := group.New(s.gcfg)
 	// The topics first, so that consumer groups come back knowing what
@@ -887,14 +926,7 @@ func (s *shard) armRetention() {
 func (s *shard) shutdown() {
 	s.setLoaded(false)
 	if s.m != nil {
-		// Unload acknowledges nothing, so its replies need no write.
-		out := s.m.Step(s.clock.Now(), group.Unload{})
-		for _, r := range out.Replies {
-			if cl := s.waiting[r.ID]; cl != nil {
-				delete(s.waiting, r.ID)
-				cl.deliver(r.Msg)
-			}
-		}
+		s.unloadMachine()
 	}
 	s.failWaiting(kerr.NotCoordinator.Code)
 	s.stopTimers()

@@ -68,6 +68,8 @@ type Metrics struct {
 	storeWrites      prometheus.Histogram
 	storeWriteErrors prometheus.Counter
 	storeRecords     prometheus.Counter
+	shardPanics      prometheus.Counter
+	shardsDown       prometheus.Gauge
 
 	connsOpen    prometheus.Gauge
 	connsOpened  prometheus.Counter
@@ -149,6 +151,14 @@ func New(cfg Config) *Metrics {
 		Name: "groupd_coordinator_store_records_written_total",
 		Help: "Coordinator records made durable.",
 	})
+	m.shardPanics = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "groupd_coordinator_shard_panics_total",
+		Help: "Panics of a coordinator shard's group machine that were contained: the shard failed the requests it held and was rebuilt from the store.",
+	})
+	m.shardsDown = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "groupd_coordinator_shards_unavailable",
+		Help: "Coordinator shards whose machine panicked again while being rebuilt: their groups are answered COORDINATOR_NOT_AVAILABLE until groupd restarts.",
+	})
 	m.connsOpen = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "groupd_connections_open",
 		Help: "Kafka connections open now.",
@@ -164,7 +174,7 @@ func New(cfg Config) *Metrics {
 	m.reg.MustRegister(
 		m.rebalances, m.storms, m.rebalanceDuration, m.partitionPause, m.commitGap,
 		m.requests, m.requestErrors, m.requestLatency,
-		m.storeWrites, m.storeWriteErrors, m.storeRecords,
+		m.storeWrites, m.storeWriteErrors, m.storeRecords, m.shardPanics, m.shardsDown,
 		m.connsOpen, m.connsOpened, m.connsRefused,
 		newGroupCollector(m),
 		collectors.NewGoCollector(),
@@ -295,6 +305,18 @@ func (m *Metrics) StoreWrite(took time.Duration, records int, err error) {
 		return
 	}
 	m.storeRecords.Add(float64(records))
+}
+
+// ShardPanic records a contained panic of a coordinator shard's machine;
+// down says the shard stays unavailable.
+func (m *Metrics) ShardPanic(_ int, down bool) {
+	if m == nil {
+		return
+	}
+	m.shardPanics.Inc()
+	if down {
+		m.shardsDown.Inc()
+	}
 }
 
 func msToSeconds(ms int64) float64 {
