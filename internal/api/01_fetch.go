@@ -74,7 +74,7 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 			// behind, or one of a thousand partitions) takes none.
 			timer := time.NewTimer(wait)
 			defer timer.Stop()
-			w = sc.waiter.start(ctx, timer.C)
+			w = sc.waiter.start(r.Stopping, timer.C)
 			w.watch(plan.watch)
 			continue
 		}
@@ -90,16 +90,18 @@ func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, 
 // wait at once, so a wake-up takes one new channel, not one per log.
 type fetchWaiter struct {
 	logs  []*partition.Log
-	cases []reflect.SelectCase // the deadline, ctx.Done(), then one per log
+	cases []reflect.SelectCase // the deadline, the server stopping, then one per log
 	fired int                  // index in logs of the channel last received from, or -1
 }
 
 // start readies w, a scratch's waiter, for a fetch with this deadline.
-func (w *fetchWaiter) start(ctx context.Context, deadline <-chan time.Time) *fetchWaiter {
+// A fetch also stops waiting when the server begins to shut down (stopping;
+// nil never fires), answering with what it has.
+func (w *fetchWaiter) start(stopping <-chan struct{}, deadline <-chan time.Time) *fetchWaiter {
 	w.fired = -1
 	w.cases = append(w.cases[:0],
 		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(deadline)},
-		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(stopping)})
 	return w
 }
 
@@ -130,7 +132,7 @@ func (w *fetchWaiter) watch(logs []*partition.Log) *fetchWaiter {
 }
 
 // wait blocks until an append to a watched log (true), or the deadline
-// passes or the request's context ends (false).
+// passes or the server stops (false).
 func (w *fetchWaiter) wait() bool {
 	chosen, _, _ := reflect.Select(w.cases)
 	if chosen < 2 {

@@ -18,6 +18,7 @@ import (
 	"github.com/groupd/groupd/internal/api"
 	"github.com/groupd/groupd/internal/broker"
 	"github.com/groupd/groupd/internal/coordinator"
+	"github.com/groupd/groupd/internal/datadir"
 	"github.com/groupd/groupd/internal/fetchsession"
 	"github.com/groupd/groupd/internal/group"
 	"github.com/groupd/groupd/internal/group/consumer"
@@ -111,6 +112,7 @@ type App struct {
 
 	// handler serves the Kafka API (kept for its fetch session counters).
 	handler *api.Handler
+	log     *slog.Logger
 }
 
 // Start opens the data directory and starts serving. It returns once the
@@ -147,6 +149,9 @@ func Start(cfg Config) (*App, error) {
 			}
 		},
 	})
+	if errors.Is(err, datadir.ErrInUse) {
+		return nil, err // it names the directory and who holds it
+	}
 	if err != nil {
 		return nil, fmt.Errorf("opening data directory %s: %w", cfg.DataDir, err)
 	}
@@ -178,7 +183,7 @@ func Start(cfg Config) (*App, error) {
 		cobs = m
 	}
 	coord := coordinator.New(coordinator.Config{Group: cfg.Group, Store: st, Logger: cfg.Logger,
-		HighWatermark: highWatermark(b), Observer: cobs, Topics: topicsOf(b)})
+		HighWatermark: highWatermark(b), Observer: cobs, Topics: topicsOf(b), Hooks: faultHooks()})
 	// Read the coordinator's records before listening, so that one that
 	// does not decode stops the start instead of a shard.
 	if err := coord.WaitLoad(context.Background()); err != nil {
@@ -216,7 +221,7 @@ func Start(cfg Config) (*App, error) {
 		Handler:         handler,
 		Logger:          cfg.Logger,
 	})
-	a := &App{broker: b, store: st, coord: coord, srv: srv, ln: ln, handler: handler, adv: net.JoinHostPort(host, strconv.Itoa(int(port))),
+	a := &App{broker: b, store: st, coord: coord, srv: srv, ln: ln, handler: handler, log: cfg.Logger, adv: net.JoinHostPort(host, strconv.Itoa(int(port))),
 		done: make(chan error, 2), stopped: make(chan struct{})}
 	if m != nil {
 		m.WatchFetchSessions(func() metrics.FetchSessionStats {
@@ -345,8 +350,16 @@ func (a *App) Advertised() string { return a.adv }
 // stopped it.
 func (a *App) Done() <-chan error { return a.done }
 
-// Close stops accepting, lets in-flight requests finish (until ctx ends),
-// then flushes and closes the data.
+// servedGrace is how long Close waits, once the coordinator has answered
+// everything it held, for connections still being served after the
+// deadline before it closes the data under them.
+const servedGrace = 2 * time.Second
+
+// Close stops accepting and reading requests, lets the requests in flight
+// finish and their replies be written (until ctx ends), then flushes and
+// closes the data. Requests parked until other members act (a JoinGroup
+// waiting for its group) are answered NOT_COORDINATOR, as when Kafka
+// moves a coordinator away, and their clients look for it again.
 // Calling it again returns the first call's result.
 func (a *App) Close(ctx context.Context) error {
 	a.closeOnce.Do(func() {
@@ -356,10 +369,23 @@ func (a *App) Close(ctx context.Context) error {
 		if a.http != nil {
 			herr = a.http.Shutdown(ctx)
 		}
-		err := errors.Join(herr, a.srv.Shutdown(ctx))
-		// The coordinator answers its parked requests before the store
-		// under it closes.
+		shut := make(chan error, 1)
+		go func() { shut <- a.srv.Shutdown(ctx) }()
+		<-a.srv.Stopping()
+		// No request is read from here on. The coordinator makes the
+		// requests it has taken durable and answers them, and answers
+		// its parked ones, before the store under it closes; the
+		// server writes their replies meanwhile.
 		cerr := a.coord.Close()
+		err := errors.Join(herr, <-shut)
+		// Past the deadline, connections whose replies the coordinator
+		// has now answered finish at once; a handler stuck elsewhere
+		// is not waited for long.
+		select {
+		case <-a.srv.Served():
+		case <-time.After(servedGrace):
+			a.log.Error("connections still being served after shutdown; closing the data under them", "waited", servedGrace)
+		}
 		a.cleanups.Wait()
 		a.closeErr = errors.Join(err, cerr, a.store.Close(), a.broker.Close())
 	})

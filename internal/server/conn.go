@@ -420,7 +420,8 @@ func (c *conn) serveRequest(frame []byte, start time.Time) (ok bool) {
 	if c.host == "" {
 		c.host = clientHost(remote)
 	}
-	resp, err := c.srv.cfg.Handler.Handle(c.srv.ctx, &Request{Header: hdr, Msg: req, Remote: remote, Conn: c.id, host: c.host})
+	resp, err := c.srv.cfg.Handler.Handle(c.srv.ctx, &Request{Header: hdr, Msg: req, Remote: remote, Conn: c.id, host: c.host,
+		Stopping: c.srv.stopping})
 	c.respond(reply{hdr: hdr, resp: resp, err: err, start: start, weight: replyWeight(resp)})
 	return true
 }

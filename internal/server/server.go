@@ -50,6 +50,12 @@ type Request struct {
 	// Conn identifies the connection the request came on; no two
 	// connections of a Server share it.
 	Conn uint64
+	// Stopping is closed when the server begins to shut down. A handler
+	// waiting for something that may never come (a long-polling fetch)
+	// then answers with what it has; one waiting for its own work to
+	// finish (a commit becoming durable) goes on until the handler's
+	// context ends, which is when Shutdown's deadline passes.
+	Stopping <-chan struct{}
 	// host is ClientHost, formatted once per connection.
 	host string
 }
@@ -199,10 +205,13 @@ type Server struct {
 	poll         poller
 	pollerFailed atomic.Bool
 
-	// ctx is cancelled when shutdown begins, so that handlers parked on a
-	// long poll (a fetch at the log end) return early.
-	ctx    context.Context
-	cancel context.CancelFunc
+	// stopping is closed when shutdown begins, so that handlers parked
+	// on a long poll (a fetch at the log end) return early; ctx, the
+	// handlers' context, is cancelled only when Shutdown's deadline
+	// passes, so that requests in flight finish and are answered.
+	stopping chan struct{}
+	ctx      context.Context
+	cancel   context.CancelFunc
 
 	// Refused connections and failing accepts come in floods; so would
 	// their log lines.
@@ -213,6 +222,10 @@ type Server struct {
 	conns     map[*conn]struct{}
 	closing   bool
 	wg        sync.WaitGroup
+	// served is closed once shutdown has begun and every connection has
+	// finished.
+	served     chan struct{}
+	servedOnce sync.Once
 
 	// lastConnID is the id of the connection accepted last (under mu).
 	lastConnID uint64
@@ -245,6 +258,8 @@ func New(cfg Config) *Server {
 		obs:       cfg.Observer,
 		now:       time.Now,
 		parkAfter: DefaultParkAfter,
+		stopping:  make(chan struct{}),
+		served:    make(chan struct{}),
 		ctx:       ctx,
 		cancel:    cancel,
 		listeners: make(map[net.Listener]struct{}),
@@ -377,16 +392,21 @@ func (s *Server) sleepUnlessClosing(d time.Duration) {
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-s.ctx.Done():
+	case <-s.stopping:
 	}
 }
 
 // Shutdown stops accepting connections and stops reading new requests,
 // lets in-flight requests finish and their replies be written, then closes
-// every connection. If ctx ends first, remaining connections are closed
-// at once and ctx's error is returned.
+// every connection. Long polls (a fetch waiting for data) answer at once
+// with what they have (Request.Stopping). If ctx ends first, the handlers'
+// context is cancelled, remaining connections are closed at once, and
+// ctx's error is returned without waiting further: a handler that still
+// does not return (its reply is never completed) cannot hold Shutdown up.
+// Served reports when the last connection has finished.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
+	first := !s.closing
 	s.closing = true
 	for ln := range s.listeners {
 		ln.Close()
@@ -395,26 +415,35 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		c.stopReading()
 	}
 	s.mu.Unlock()
-	// Long polls return what they have rather than hold shutdown up.
-	s.cancel()
-
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
+	if first {
+		close(s.stopping)
+		go func() {
+			s.wg.Wait()
+			s.closePoller()
+			s.servedOnce.Do(func() { close(s.served) })
+		}()
+	}
 	select {
-	case <-done:
-		s.closePoller()
+	case <-s.served:
 		return nil
 	case <-ctx.Done():
+		s.cancel()
 		s.mu.Lock()
 		for c := range s.conns {
 			c.nc.Close()
 		}
 		s.mu.Unlock()
-		<-done
-		s.closePoller()
 		return ctx.Err()
 	}
 }
+
+// Stopping is closed once Shutdown has begun: no connection is accepted
+// and no request read from then on.
+func (s *Server) Stopping() <-chan struct{} { return s.stopping }
+
+// Served is closed once Shutdown has begun and every connection has
+// finished: its requests were handled and its replies written or dropped.
+func (s *Server) Served() <-chan struct{} { return s.served }
 
 // logLimiter lets one log line through per second and counts the lines it
 // held back, which the next line reports.
