@@ -46,7 +46,7 @@ func rootCmd() *cobra.Command {
 	root.Flags().AddFlagSet(serve.Flags())
 	root.AddCommand(serve)
 	root.AddCommand(cli.GroupsCmd(), cli.TopicsCmd())
-	root.AddCommand(recoverCmd())
+	root.AddCommand(recoverCmd(), quarantineCmd())
 	root.AddCommand(labCmd())
 	return root
 }
