@@ -129,9 +129,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := &harness{bins: bins, dir: dir, raw: json.NewEncoder(io.Discard), quick: true, timeout: 5 * time.Minute, only: allTargets}
-	for _, s := range plans {
-		h.runScenario(s, 1)
-	}
+	h.runAll(plans, 1)
 	t.Log("\n" + h.table())
 	if h.failures > 0 {
 		t.Fatalf("%d runs failed", h.failures)

@@ -13,9 +13,11 @@
 // (internal/bench/loadgen). Neither the load generator nor the naive
 // server imports a groupd package.
 //
-// For each scenario, each run and each side in turn (run r starts with
-// the r-th side, so that no side always goes first) it starts the server
-// afresh: groupd as
+// For each run, each scenario and each side in turn (run r starts with
+// the r-th side, so that no side always goes first; run r of every
+// scenario before run r+1 of any, so that scenarios compared with each
+// other meet the same spells of load on a shared machine) it starts the
+// server afresh: groupd as
 //
 //	groupd serve --listen 127.0.0.1:0 --data-dir DIR --fsync never \
 //	  --group-initial-rebalance-delay 0 --http-listen 127.0.0.1:0 --log-level warn
@@ -193,9 +195,7 @@ func main() {
 		only: splitList(*only)}
 	begin := time.Now()
 	fmt.Printf("load average before: %s\n", loadavg())
-	for _, s := range plans {
-		h.runScenario(s, *runs)
-	}
+	h.runAll(plans, *runs)
 	fmt.Printf("load average after: %s (%v in all)\n\n", loadavg(), time.Since(begin).Round(time.Second))
 	fmt.Print(h.table())
 	if h.failures > 0 {

@@ -60,30 +60,38 @@ type harness struct {
 	notes    []string // what the servers said on stderr, exits and the like
 }
 
-// runScenario runs s runs times on each of its sides, in turns.
-func (h *harness) runScenario(s scenario, runs int) {
-	targets := slices.DeleteFunc(slices.Clone(s.targets), func(t string) bool { return !slices.Contains(h.only, t) })
-	if len(targets) == 0 {
-		return
-	}
-	log.Printf("%s: %d runs on %s; load average %s", s.name, runs, strings.Join(targets, ", "), loadavg())
+// runAll runs every scenario runs times on each of its sides. The runs
+// are the outer loop: run r of every scenario comes before run r+1 of
+// any, so that scenarios compared with each other (fresh and after the
+// other work) see the same spells of the machine's load; within a run the
+// sides take turns going first.
+func (h *harness) runAll(plans []scenario, runs int) {
 	for r := range runs {
-		for pos, t := range inTurn(targets, r) {
-			rec := record{Scenario: s.name, Target: t, Run: r, Position: pos, LoadAvg: loadavg()}
-			results, err := h.runOne(s, t, r)
-			if err != nil {
-				h.failures++
-				rec.Error = err.Error()
-				log.Printf("%s on %s, run %d: %v", s.name, t, r, err)
-				h.records = append(h.records, rec)
-				h.raw.Encode(rec)
-			}
-			for _, res := range results {
-				rec.Result = &res
-				h.records = append(h.records, rec)
-				h.raw.Encode(rec)
-				log.Printf("%s on %s, run %d: %s %.4g %s", s.name, t, r, res.Metric, res.Value, res.Unit)
-			}
+		log.Printf("run %d of %d; load average %s", r+1, runs, loadavg())
+		for _, s := range plans {
+			h.runScenario(s, r)
+		}
+	}
+}
+
+// runScenario runs run r of s on each of its sides, in r's turn.
+func (h *harness) runScenario(s scenario, r int) {
+	targets := slices.DeleteFunc(slices.Clone(s.targets), func(t string) bool { return !slices.Contains(h.only, t) })
+	for pos, t := range inTurn(targets, r) {
+		rec := record{Scenario: s.name, Target: t, Run: r, Position: pos, LoadAvg: loadavg()}
+		results, err := h.runOne(s, t, r)
+		if err != nil {
+			h.failures++
+			rec.Error = err.Error()
+			log.Printf("%s on %s, run %d: %v", s.name, t, r, err)
+			h.records = append(h.records, rec)
+			h.raw.Encode(rec)
+		}
+		for _, res := range results {
+			rec.Result = &res
+			h.records = append(h.records, rec)
+			h.raw.Encode(rec)
+			log.Printf("%s on %s, run %d: %s %.4g %s", s.name, t, r, res.Metric, res.Value, res.Unit)
 		}
 	}
 }
