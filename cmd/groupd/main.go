@@ -149,6 +149,7 @@ func serveCmd() *cobra.Command {
 	f.BoolVar(&cfg.SkipUndecodableRecords, "skip-undecodable-records", false, "start even if coordinator records (offsets, group metadata) do not decode, skipping each with a log line; without it such a record stops the start")
 	f.Int64Var(&cfg.Log.SegmentBytes, "segment-bytes", 256<<20, "roll a partition's segment file after this many bytes")
 	f.StringVar(&cfg.HTTPListen, "http-listen", "127.0.0.1:9644", "address of the HTTP side: Prometheus metrics at /metrics, the JSON admin API under /api/v1, the status page at /; empty disables it")
+	f.BoolVar(&cfg.HTTPProfiling, "http-pprof", false, "serve Go's runtime profiles (CPU, heap, goroutines) on the HTTP side under /debug/pprof/")
 	f.IntVar(&cfg.MetricsMaxGroups, "metrics-max-groups", metrics.DefaultMaxGroups, "most groups with their own members and lag series (the groups with the most lag); the others are summed into aggregate series; 0 gives no per-group series")
 	f.BoolVar(&cfg.QuarantineDamagedSegments, "quarantine-damaged-segments", false, "on start, set damaged partition data aside in quarantine/ in the data directory and serve the rest, instead of refusing to start: a segment damaged below its recovery point is moved there, a damaged tail with intact batches behind it is copied there and cut")
 	for _, d := range topicDefaultFlags {

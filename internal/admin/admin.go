@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sort"
 	"time"
 
@@ -41,6 +42,10 @@ type Config struct {
 	// DefaultReadTimeout.
 	ReadTimeout time.Duration
 	Logger      *slog.Logger
+	// Profiling serves Go's runtime profiles under /debug/pprof/ (CPU,
+	// heap, goroutines, ...), for an operator who needs to see where the
+	// time goes. Off by default: a profile shows the process's insides.
+	Profiling bool
 }
 
 // contentSecurityPolicy keeps the page to its own origin: it loads
@@ -59,6 +64,13 @@ func Handler(cfg Config) http.Handler {
 	mux := http.NewServeMux()
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
+	}
+	if cfg.Profiling {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	// Group ids may hold any character. The mux matches escaped path
 	// segments and unescapes the {group} wildcard, so "a/b" arrives as

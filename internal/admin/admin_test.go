@@ -379,3 +379,16 @@ func TestListenServesAndShutsDown(t *testing.T) {
 		t.Error("still serving after Shutdown")
 	}
 }
+
+// Go's profiles are served only when asked for.
+func TestProfilingOnlyWhenEnabled(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		h := Handler(Config{Profiling: on})
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "http://groupd/debug/pprof/goroutine?debug=1", nil))
+		served := rec.Code == http.StatusOK && strings.Contains(rec.Body.String(), "goroutine profile")
+		if served != on {
+			t.Fatalf("profiling %v: /debug/pprof/goroutine answered %d", on, rec.Code)
+		}
+	}
+}

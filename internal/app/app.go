@@ -84,6 +84,9 @@ type Config struct {
 	// MetricsMaxGroups is how many groups get their own metric series;
 	// the rest are aggregated.
 	MetricsMaxGroups int
+	// HTTPProfiling serves Go's runtime profiles on the HTTP side under
+	// /debug/pprof/.
+	HTTPProfiling bool
 }
 
 // ErrStopped is reported by Done after Close.
@@ -234,7 +237,8 @@ func Start(cfg Config) (*App, error) {
 		// gauges read. While its shards load it answers with an error
 		// matching inspect.ErrUnavailable, which the API serves as 503.
 		m.SetSource(coord)
-		a.http, err = admin.Listen(cfg.HTTPListen, admin.Config{Source: coord, Metrics: m.Handler(), Logger: cfg.Logger})
+		a.http, err = admin.Listen(cfg.HTTPListen, admin.Config{Source: coord, Metrics: m.Handler(), Logger: cfg.Logger,
+			Profiling: cfg.HTTPProfiling})
 		if err != nil {
 			ln.Close()
 			coord.Close()
