@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -31,10 +32,15 @@ func (h *Handler) coordinate(ctx context.Context, r *server.Request) (kmsg.Respo
 // response before it is written.
 func (h *Handler) coordinateThen(ctx context.Context, r *server.Request, then func(kmsg.Response) kmsg.Response) *later {
 	h.ensureOffsetsTopic()
-	l := &later{brief: !parks(r.Msg), ctx: ctx, then: then}
+	l := laters.Get().(*later)
+	l.brief, l.ctx, l.then = !parks(r.Msg), ctx, then
 	h.coord.Start(ctx, r.Header.ClientID, r.ClientHost(), r.Msg, &l.pending)
 	return l
 }
+
+// laters recycles the replies of group requests once they are written
+// (Recycle): every heartbeat and commit has one.
+var laters = sync.Pool{New: func() any { return new(later) }}
 
 // parks reports whether the coordinator may hold a request until other
 // members act: a JoinGroup until the join phase completes, a SyncGroup
@@ -55,6 +61,9 @@ type later struct {
 	ctx     context.Context
 	pending coordinator.Pending
 	then    func(kmsg.Response) kmsg.Response
+	// answered is set once Wait has the coordinator's reply: the shard
+	// no longer holds the request, and l may be recycled once written.
+	answered bool
 }
 
 // Brief implements server.Brief.
@@ -76,8 +85,19 @@ func (l *later) Wait() error {
 	if err == nil && l.then != nil {
 		resp = l.then(resp)
 	}
-	l.Response = resp
+	l.Response, l.answered = resp, err == nil
 	return err
+}
+
+// Recycle implements server.Recycler: the reply has been encoded. A
+// later whose wait ended without the coordinator's reply is left to the
+// garbage collector, since the shard may still deliver to it.
+func (l *later) Recycle() {
+	if !l.answered {
+		return
+	}
+	*l = later{}
+	laters.Put(l)
 }
 
 // ensureOffsetsTopic makes __consumer_offsets appear in Metadata once the

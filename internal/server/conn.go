@@ -60,6 +60,16 @@ type conn struct {
 	// host is Request.ClientHost, set by the goroutine serving the
 	// connection at its first request.
 	host string
+	// clientID is the client id of the last request (parseHeader), and
+	// req the Request handed to the handler, reused: a handler does not
+	// keep it past its call. Both belong to the goroutine serving the
+	// connection.
+	clientID string
+	req      Request
+	remote   net.Addr // the peer's address, read once
+	// rdl is the read deadline last set (setReadDeadline), by the
+	// goroutine serving the connection.
+	rdl time.Time
 
 	// stopping is set by stopReading; a reader waiting for reply room
 	// is woken to see it.
@@ -284,7 +294,7 @@ func (c *conn) awaitFrame() error {
 		if !parkAt.IsZero() && (dl.IsZero() || parkAt.Before(dl)) {
 			dl = parkAt
 		}
-		if err := c.setReadDeadline(dl); err != nil {
+		if err := c.armReadDeadline(dl, from); err != nil {
 			return err
 		}
 		err := c.fr.fill()
@@ -297,6 +307,12 @@ func (c *conn) awaitFrame() error {
 		}
 		if c.stopped() {
 			return errStopped
+		}
+		if now := c.srv.now(); !dl.IsZero() && now.Before(dl) {
+			// An earlier deadline left armed (armReadDeadline) has
+			// passed: wait on, now until dl.
+			from = now
+			continue
 		}
 		if !parkAt.IsZero() && !c.srv.now().Before(parkAt) {
 			parkAt = time.Time{}
@@ -325,10 +341,30 @@ func (c *conn) noteGap() {
 	}
 }
 
+// readDeadlineSlack is how much earlier than asked a read deadline may be
+// left armed (armReadDeadline).
+const readDeadlineSlack = DefaultParkAfter / 4
+
+// armReadDeadline sets the read deadline to t, unless the one armed is
+// still ahead of now and at most readDeadlineSlack before t: moving a
+// deadline costs a timer update, and a connection with requests back to
+// back would otherwise move it on every request. The read then wakes a
+// little early, and the caller waits again.
+func (c *conn) armReadDeadline(t, now time.Time) error {
+	if !t.IsZero() && c.rdl.After(now) && !c.rdl.After(t) && t.Sub(c.rdl) <= readDeadlineSlack {
+		if c.stopped() {
+			return errStopped
+		}
+		return nil
+	}
+	return c.setReadDeadline(t)
+}
+
 // setReadDeadline sets the read deadline unless the connection is
 // stopping. stopReading closes stop before it sets its own deadline, so
 // either that deadline comes after this one or stop is seen closed here.
 func (c *conn) setReadDeadline(t time.Time) error {
+	c.rdl = t
 	if err := c.nc.SetReadDeadline(t); err != nil {
 		return err
 	}
@@ -399,7 +435,7 @@ func (c *conn) serveRequest(frame []byte, start time.Time) (ok bool) {
 			ok = false
 		}
 	}()
-	hdr, req, err := DecodeRequest(frame, c.srv.cfg.Handler)
+	hdr, req, err := decodeRequest(frame, c.srv.cfg.Handler, &c.clientID)
 	if err != nil {
 		c.logger().Warn("closing connection: bad request", "err", err, "api", kmsg.NameForKey(hdr.Key),
 			"key", hdr.Key, "version", hdr.Version, "client", hdr.ClientID)
@@ -416,12 +452,13 @@ func (c *conn) serveRequest(frame []byte, start time.Time) (ok bool) {
 		c.observe(hdr, start, errStopped)
 		return false
 	}
-	remote := c.nc.RemoteAddr()
-	if c.host == "" {
-		c.host = clientHost(remote)
+	if c.remote == nil {
+		c.remote = c.nc.RemoteAddr()
+		c.host = clientHost(c.remote)
 	}
-	resp, err := c.srv.cfg.Handler.Handle(c.srv.ctx, &Request{Header: hdr, Msg: req, Remote: remote, Conn: c.id, host: c.host,
-		Stopping: c.srv.stopping})
+	c.req = Request{Header: hdr, Msg: req, Remote: c.remote, Conn: c.id, host: c.host, Stopping: c.srv.stopping}
+	resp, err := c.srv.cfg.Handler.Handle(c.srv.ctx, &c.req)
+	c.req = Request{} // nothing of the request is kept past its handling
 	c.respond(reply{hdr: hdr, resp: resp, err: err, start: start, weight: replyWeight(resp)})
 	return true
 }
@@ -750,6 +787,9 @@ func (c *conn) encode(r *reply) (err error) {
 	}
 	if r.resp != nil {
 		c.out.encode(r.hdr.CorrelationID, r.resp, r.weight)
+		if rc, ok := r.resp.(Recycler); ok {
+			rc.Recycle()
+		}
 		r.resp = nil // the encoding is all that is needed now
 	}
 	return nil

@@ -253,17 +253,33 @@ func (f *frameReader) release() {
 // remaining body. The request type decides whether a tagged-field section
 // follows the client id, so the header cannot be parsed without the key.
 func ParseHeader(frame []byte) (Header, kmsg.Request, []byte, error) {
+	return parseHeader(frame, nil)
+}
+
+// parseHeader is ParseHeader with the last client id a connection sent,
+// if cache is not nil: a client sends the same one on every request, and
+// reusing its string saves an allocation per request.
+func parseHeader(frame []byte, cache *string) (Header, kmsg.Request, []byte, error) {
 	rd := kbin.Reader{Src: frame}
 	h := Header{Key: rd.Int16(), Version: rd.Int16(), CorrelationID: rd.Int32()}
 	if len(frame) < 8 {
 		return h, nil, nil, ErrTruncated
 	}
-	cid := rd.NullableString()
+	// The client id: a nullable string, an int16 length and its bytes.
+	if n := int(rd.Int16()); n > 0 {
+		id := rd.Span(n)
+		switch {
+		case cache == nil:
+			h.ClientID = string(id)
+		case *cache == string(id): // compared without a copy
+			h.ClientID = *cache
+		default:
+			h.ClientID = string(id)
+			*cache = h.ClientID
+		}
+	}
 	if rd.Complete() != nil {
 		return h, nil, nil, ErrTruncated
-	}
-	if cid != nil {
-		h.ClientID = *cid
 	}
 	req := kmsg.RequestForKey(h.Key)
 	if req == nil {
@@ -271,12 +287,22 @@ func ParseHeader(frame []byte) (Header, kmsg.Request, []byte, error) {
 	}
 	req.SetVersion(h.Version)
 	if req.IsFlexible() {
-		kmsg.SkipTags(&rd)
+		skipTags(&rd)
 		if rd.Complete() != nil {
 			return h, nil, nil, ErrTruncated
 		}
 	}
 	return h, req, rd.Src, nil
+}
+
+// skipTags skips a tagged-field section, as kmsg.SkipTags does, without
+// passing the reader through an interface (which would move it to the
+// heap on every request).
+func skipTags(rd *kbin.Reader) {
+	for n := rd.Uvarint(); n > 0 && rd.Ok(); n-- {
+		rd.Uvarint() // the tag
+		rd.Span(int(rd.Uvarint()))
+	}
 }
 
 // DecodeBody decodes the request body into req. kmsg decodes leniently past
@@ -295,7 +321,13 @@ func DecodeBody(req kmsg.Request, body []byte) error {
 // a key and version h does not serve, a body that does not decode. The
 // header is returned as far as it was parsed.
 func DecodeRequest(frame []byte, h Handler) (Header, kmsg.Request, error) {
-	hdr, req, body, err := ParseHeader(frame)
+	return decodeRequest(frame, h, nil)
+}
+
+// decodeRequest is DecodeRequest with a connection's client id cache (see
+// parseHeader).
+func decodeRequest(frame []byte, h Handler, clientID *string) (Header, kmsg.Request, error) {
+	hdr, req, body, err := parseHeader(frame, clientID)
 	if err != nil {
 		return hdr, nil, err
 	}

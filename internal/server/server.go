@@ -91,7 +91,10 @@ type Handler interface {
 	Supports(key, version int16) bool
 	// Handle answers one request. A nil response with a nil error means
 	// the client expects no reply (a Produce with acks=0). An error closes
-	// the connection after the replies before it have been written.
+	// the connection after the replies before it have been written. r is
+	// the handler's only for the call: the server reuses it for the
+	// connection's next request, so a handler keeps what it needs of it
+	// (r.Msg, r.Header.ClientID), never r itself.
 	Handle(ctx context.Context, r *Request) (kmsg.Response, error)
 }
 
@@ -131,6 +134,12 @@ type Brief interface {
 type Completer interface {
 	Waiter
 	OnDone(fn func()) bool
+}
+
+// Recycler is implemented by a response the server hands back once it has
+// encoded it: its handler may then reuse it for another request.
+type Recycler interface {
+	Recycle()
 }
 
 // Observer is told about connections and requests, for metrics. Methods must be cheap and safe
