@@ -136,92 +136,99 @@ func SortTimerUpdates(us []TimerUpdate) {
 // step changed so that the step can report them. The zero value is ready
 // to use.
 type Timers struct {
-	at map[TimerKey]time.Time
-	// The keys changed since the last Updates. Most steps change one or
-	// two (a heartbeat, a commit none), so they are kept in a short list,
-	// each with its latest change so that Updates need not look it up
-	// again, and moved to a set only when a step touches many (a join
-	// phase completing reschedules every member).
-	dirtyList []TimerUpdate
-	dirty     map[TimerKey]bool
+	// at holds an entry per key with a deadline, and per key cancelled
+	// since the last Updates (live false), which that call reports and
+	// drops. A key set, cancelled and set again within a step keeps its
+	// one entry, so every key is reported once.
+	at map[TimerKey]*timerEntry
+	// dirty lists the entries changed since the last Updates, each once:
+	// a step that reschedules every member of a large group notes each
+	// with one map lookup, and no set of keys is built to report them.
+	dirty []*timerEntry
+	live  int
 }
 
-// dirtyListMax is how many keys the list holds before they move to the set.
-const dirtyListMax = 8
+type timerEntry struct {
+	key      TimerKey
+	deadline time.Time
+	live     bool // false: cancelled, to be reported and dropped
+	dirty    bool // in Timers.dirty
+}
 
-// markDirty notes u, k's latest change.
-func (t *Timers) markDirty(u TimerUpdate) {
-	if t.dirty != nil {
-		t.dirty[u.Key] = true
-		return
+func (t *Timers) noteDirty(e *timerEntry) {
+	if !e.dirty {
+		e.dirty = true
+		t.dirty = append(t.dirty, e)
 	}
-	for i := range t.dirtyList {
-		if t.dirtyList[i].Key == u.Key {
-			t.dirtyList[i] = u
-			return
-		}
-	}
-	if len(t.dirtyList) < dirtyListMax {
-		t.dirtyList = append(t.dirtyList, u)
-		return
-	}
-	t.dirty = make(map[TimerKey]bool, 2*dirtyListMax)
-	for _, d := range t.dirtyList {
-		t.dirty[d.Key] = true
-	}
-	t.dirty[u.Key] = true
-	clear(t.dirtyList)
-	t.dirtyList = t.dirtyList[:0]
 }
 
 // Set schedules k at the deadline, replacing any earlier one.
 func (t *Timers) Set(k TimerKey, deadline time.Time) {
-	if t.at == nil {
-		t.at = map[TimerKey]time.Time{}
+	e := t.at[k]
+	if e == nil {
+		if t.at == nil {
+			t.at = map[TimerKey]*timerEntry{}
+		}
+		e = &timerEntry{key: k}
+		t.at[k] = e
 	}
-	t.at[k] = deadline
-	t.markDirty(TimerUpdate{Key: k, Deadline: deadline})
+	if !e.live {
+		e.live = true
+		t.live++
+	}
+	e.deadline = deadline
+	t.noteDirty(e)
 }
 
 // Cancel removes k's deadline, if any.
 func (t *Timers) Cancel(k TimerKey) {
-	if _, ok := t.at[k]; ok {
-		delete(t.at, k)
-		t.markDirty(TimerUpdate{Key: k, Cancel: true})
+	if e := t.at[k]; e != nil && e.live {
+		t.cancel(e)
 	}
+}
+
+func (t *Timers) cancel(e *timerEntry) {
+	e.live = false
+	e.deadline = time.Time{}
+	t.live--
+	t.noteDirty(e)
 }
 
 // CancelGroup removes every deadline of a group.
 func (t *Timers) CancelGroup(group string) {
-	for k := range t.at {
-		if k.Group == group {
-			t.Cancel(k)
+	for k, e := range t.at {
+		if k.Group == group && e.live {
+			t.cancel(e)
 		}
 	}
 }
 
 // CancelAll removes every deadline.
 func (t *Timers) CancelAll() {
-	for k := range t.at {
-		t.Cancel(k)
+	for _, e := range t.at {
+		if e.live {
+			t.cancel(e)
+		}
 	}
 }
 
 // Get returns k's deadline.
 func (t *Timers) Get(k TimerKey) (time.Time, bool) {
-	d, ok := t.at[k]
-	return d, ok
+	if e := t.at[k]; e != nil && e.live {
+		return e.deadline, true
+	}
+	return time.Time{}, false
 }
 
 // Due reports whether k has a deadline that is not after now, and if so
 // removes it: a timer firing for a key that was cancelled or moved later
 // is stale and ignored.
 func (t *Timers) Due(k TimerKey, now time.Time) bool {
-	d, ok := t.at[k]
-	if !ok || now.Before(d) {
+	e := t.at[k]
+	if e == nil || !e.live || now.Before(e.deadline) {
 		return false
 	}
-	t.Cancel(k)
+	t.cancel(e)
 	return true
 }
 
@@ -229,8 +236,8 @@ func (t *Timers) Due(k TimerKey, now time.Time) bool {
 // that is rebuilt from its records.
 func (t *Timers) Reset() {
 	t.at = nil
-	clear(t.dirtyList)
-	t.dirty, t.dirtyList = nil, t.dirtyList[:0]
+	clear(t.dirty)
+	t.dirty, t.live = t.dirty[:0], 0
 }
 
 // Updates returns the changes since the last call, sorted by key, and
@@ -240,50 +247,41 @@ func (t *Timers) Updates() []TimerUpdate { return t.AppendUpdates(nil) }
 // AppendUpdates is Updates appending to dst, so that a caller stepping
 // many events can reuse one slice. With no changes it returns dst as is.
 func (t *Timers) AppendUpdates(dst []TimerUpdate) []TimerUpdate {
-	out := dst
-	if t.dirty == nil {
-		if len(t.dirtyList) > 0 {
-			start := len(out)
-			out = append(out, t.dirtyList...)
-			SortTimerUpdates(out[start:])
-		}
-		clear(t.dirtyList)
-		t.dirtyList = t.dirtyList[:0]
-		return out
+	if len(t.dirty) == 0 {
+		return dst
 	}
-	keys := make([]TimerKey, 0, len(t.dirty))
-	for k := range t.dirty {
-		keys = append(keys, k)
+	if len(t.dirty) > 1 {
+		slices.SortFunc(t.dirty, func(a, b *timerEntry) int { return CompareTimerKeys(a.key, b.key) })
 	}
-	SortTimerKeys(keys)
-	out = slices.Grow(out, len(keys))
-	for _, k := range keys {
-		if d, ok := t.at[k]; ok {
-			out = append(out, TimerUpdate{Key: k, Deadline: d})
+	out := slices.Grow(dst, len(t.dirty))
+	for _, e := range t.dirty {
+		e.dirty = false
+		if e.live {
+			out = append(out, TimerUpdate{Key: e.key, Deadline: e.deadline})
 		} else {
-			out = append(out, TimerUpdate{Key: k, Cancel: true})
+			out = append(out, TimerUpdate{Key: e.key, Cancel: true})
+			delete(t.at, e.key)
 		}
 	}
-	t.dirty = nil
+	clear(t.dirty)
+	t.dirty = t.dirty[:0]
 	return out
 }
 
 // All returns every deadline, sorted by key.
 func (t *Timers) All() []TimerUpdate {
-	keys := make([]TimerKey, 0, len(t.at))
-	for k := range t.at {
-		keys = append(keys, k)
+	out := make([]TimerUpdate, 0, t.live)
+	for k, e := range t.at {
+		if e.live {
+			out = append(out, TimerUpdate{Key: k, Deadline: e.deadline})
+		}
 	}
-	SortTimerKeys(keys)
-	out := make([]TimerUpdate, len(keys))
-	for i, k := range keys {
-		out[i] = TimerUpdate{Key: k, Deadline: t.at[k]}
-	}
+	SortTimerUpdates(out)
 	return out
 }
 
 // Len is how many deadlines are set.
-func (t *Timers) Len() int { return len(t.at) }
+func (t *Timers) Len() int { return t.live }
 
 // LeaveMembers returns the members a LeaveGroup names: its list from v3,
 // the single member id of earlier versions.

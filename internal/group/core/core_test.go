@@ -37,8 +37,27 @@ func TestTimers(t *testing.T) {
 	if all := tm.All(); len(all) != 1 || all[0].Key != c {
 		t.Fatalf("left %v", all)
 	}
-	// Many keys in one step move the notes to a set; the result is the
-	// same.
+	// A key set, cancelled and set again in one step is reported once,
+	// with its last deadline; one set and cancelled is reported
+	// cancelled, even if the caller never saw it.
+	d := TimerKey{Group: "h", Kind: TimerSync}
+	tm.Set(d, t0)
+	tm.Cancel(d)
+	tm.Set(d, t0.Add(time.Minute))
+	e := TimerKey{Group: "h", Kind: TimerPending, Member: "e"}
+	tm.Set(e, t0)
+	tm.Cancel(e)
+	if tm.Len() != 2 {
+		t.Fatalf("%d deadlines, want 2", tm.Len())
+	}
+	up = tm.Updates()
+	if len(up) != 2 || up[0].Key != e || !up[0].Cancel || up[1].Key != d || up[1].Cancel || !up[1].Deadline.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("updates %v", up)
+	}
+	if _, ok := tm.Get(e); ok || len(tm.All()) != 2 {
+		t.Fatalf("left %v", tm.All())
+	}
+	// Many keys in one step come out sorted.
 	for i := range 20 {
 		tm.Set(TimerKey{Group: "m", Kind: TimerSession, Member: string(rune('a' + i))}, t0)
 	}
