@@ -39,6 +39,12 @@ func (m *Machine) stepConsumer(ev consumer.Event) {
 	m.absorb(m.cons.Step(m.now, ev))
 }
 
+// stepConsumerRequest is stepConsumer for a request: absorb copies what
+// it keeps of the Output, whose slices the consumer machine reuses.
+func (m *Machine) stepConsumerRequest(r consumer.Request) {
+	m.absorb(m.cons.StepRequest(m.now, r))
+}
+
 // absorb takes a consumer machine output into this step's.
 func (m *Machine) absorb(out consumer.Output) {
 	for _, r := range out.Records {
@@ -67,7 +73,7 @@ func (m *Machine) consumerHeartbeat(r Request, req *kmsg.ConsumerGroupHeartbeatR
 	creq := consumer.Request{ID: r.ID, ClientID: r.ClientID, ClientHost: r.ClientHost, Msg: req}
 	g := m.groups[req.Group]
 	if g == nil || g.consumer {
-		m.stepConsumer(creq)
+		m.stepConsumerRequest(creq)
 		return
 	}
 	// The id is a classic group's. Requests that fail their own checks
@@ -188,7 +194,7 @@ func (m *Machine) downgrade(d consumer.Downgrade) {
 	g.protocol = g.selectProtocol()
 	g.computeSubscribedTopics()
 	m.groups[g.id] = g
-	m.record(m.metadataRecord(g, nil))
+	m.record(m.metadataRecord(g))
 	if d.Joined != "" {
 		// The static member whose join made the group classic was told
 		// its own first protocol; it must sync with the group's (Kafka
@@ -262,14 +268,14 @@ func (m *Machine) classicJoinToConsumerGroup(g *group, r Request, p *parked, req
 		m.retype(g, false)
 		return true
 	}
-	m.stepConsumer(consumer.Request{ID: r.ID, ClientID: r.ClientID, ClientHost: r.ClientHost, Msg: req})
+	m.stepConsumerRequest(consumer.Request{ID: r.ID, ClientID: r.ClientID, ClientHost: r.ClientHost, Msg: req})
 	return false
 }
 
 // classicToConsumerGroup hands a SyncGroup, Heartbeat or LeaveGroup for a
 // consumer group to the consumer machine.
 func (m *Machine) classicToConsumerGroup(r Request) {
-	m.stepConsumer(consumer.Request{ID: r.ID, ClientID: r.ClientID, ClientHost: r.ClientHost, Msg: r.Msg})
+	m.stepConsumerRequest(consumer.Request{ID: r.ID, ClientID: r.ClientID, ClientHost: r.ClientHost, Msg: r.Msg})
 }
 
 // consumerDescribe serves ConsumerGroupDescribe.

@@ -22,6 +22,15 @@ func (m *Machine) checkCounts() {
 				awaiting++
 			}
 		}
+		order := g.sortedMembers()
+		if len(order) != len(g.members) {
+			panic(fmt.Sprintf("group %s: %d members in join order, %d members", id, len(order), len(g.members)))
+		}
+		for i, mem := range order {
+			if g.members[mem.id] != mem || mem.gone || (i > 0 && order[i-1].seq >= mem.seq) {
+				panic(fmt.Sprintf("group %s: join order %d (%s) is not a member in order", id, i, mem.id))
+			}
+		}
 		if awaiting != g.awaiting {
 			panic(fmt.Sprintf("group %s: %d members awaiting join, counted %d", id, awaiting, g.awaiting))
 		}

@@ -262,16 +262,15 @@ func (m *Machine) waits(g *group, cur *rebalance, timedOut []*member) []inspect.
 // which partitions change owner and since when each was released. The
 // moves become final as their new owners receive their assignments
 // (delivered).
-func (m *Machine) assignmentAccepted(g *group, assignments map[string][]byte) {
+func (m *Machine) assignmentAccepted(g *group) {
 	cur := g.cur
 	if cur == nil {
 		return
 	}
 	cur.assigned = true
-	members := make([]*member, 0, len(g.members))
-	for _, mem := range g.members {
+	members := g.sortedMembers()
+	for _, mem := range members {
 		mem.awaiting, mem.revoking = true, false
-		members = append(members, mem)
 	}
 	cur.awaiting = len(members)
 	if g.protocolType != consumerProtocolType {
@@ -320,7 +319,7 @@ func (m *Machine) assignmentAccepted(g *group, assignments map[string][]byte) {
 	pending := make([]pendingMove, 0, len(members))
 	for _, mem := range members {
 		start := len(pending)
-		walkAssignment(assignments[mem.id], names, func(tp topicPartition) {
+		walkAssignment(mem.assignment, names, func(tp topicPartition) {
 			c, ok := prev[tp]
 			if ok && !c.taken {
 				c.taken = true

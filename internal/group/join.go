@@ -17,6 +17,25 @@ func optStr(s string) *string {
 	return &s
 }
 
+// sharedStr hands out one *string for a string that many replies of a
+// step carry (the group's protocol type and protocol), instead of one
+// allocation per reply. Nothing writes through the pointers it returns.
+type sharedStr struct {
+	s string
+	p *string
+}
+
+// get is optStr(s), the same pointer as last time if s is unchanged.
+func (c *sharedStr) get(s string) *string {
+	if s == "" {
+		return nil
+	}
+	if c.p == nil || c.s != s {
+		c.s, c.p = s, optStr(s)
+	}
+	return c.p
+}
+
 func (m *Machine) replyJoinError(p *parked, code int16, memberID string) {
 	resp := kmsg.NewPtrJoinGroupResponse()
 	resp.Version = p.version
@@ -38,17 +57,19 @@ func (g *group) joinResponse(version int16, memberID string, withMembers bool) *
 	resp := kmsg.NewPtrJoinGroupResponse()
 	resp.Version = version
 	resp.Generation = g.generation
-	resp.ProtocolType = optStr(g.protocolType)
-	resp.Protocol = optStr(g.protocol)
+	resp.ProtocolType = g.ptype.get(g.protocolType)
+	resp.Protocol = g.pname.get(g.protocol)
 	resp.LeaderID = g.leader
 	resp.MemberID = memberID
 	if withMembers {
-		for _, mem := range g.sortedMembers() {
-			jm := kmsg.NewJoinGroupResponseMember()
+		ms := g.sortedMembers()
+		resp.Members = make([]kmsg.JoinGroupResponseMember, len(ms))
+		for i, mem := range ms {
+			jm := &resp.Members[i]
+			jm.Default()
 			jm.MemberID = mem.id
 			jm.InstanceID = optStr(mem.instanceID)
 			jm.ProtocolMetadata = mem.metadataFor(g.protocol)
-			resp.Members = append(resp.Members, jm)
 		}
 	}
 	return resp
@@ -340,6 +361,7 @@ func (m *Machine) replaceStaticMember(g *group, j joinArgs, oldID, newID string)
 		pending:      old.pending,
 	}
 	g.members[newID] = mem
+	g.replaceMember(old, mem)
 	m.renameMember(g, oldID, newID)
 	g.static[mem.instanceID] = newID
 	if g.leader == oldID {
@@ -369,7 +391,7 @@ func (m *Machine) replaceStaticMember(g *group, j joinArgs, oldID, newID string)
 		// KIP-345: same protocol, so no rebalance; persist the new id
 		// and hand back the current generation.
 		g.setJoin(mem, nil)
-		m.record(m.metadataRecord(g, nil))
+		m.record(m.metadataRecord(g))
 		var resp *kmsg.JoinGroupResponse
 		if j.p.version >= 9 {
 			// KIP-814: a static leader gets the members but must not
@@ -486,7 +508,7 @@ func (m *Machine) completeJoin(g *group) {
 	m.joinPhaseDone(g, timedOut)
 	if g.state == Empty {
 		g.leader = ""
-		m.record(m.metadataRecord(g, nil))
+		m.record(m.metadataRecord(g))
 		m.closeRebalance(g, "empty")
 		return
 	}
@@ -534,8 +556,8 @@ func (m *Machine) propagateAssignment(g *group, code int16) {
 		resp.Version = mem.sync.version
 		resp.ErrorCode = code
 		if code == 0 {
-			resp.ProtocolType = optStr(g.protocolType)
-			resp.Protocol = optStr(g.protocol)
+			resp.ProtocolType = g.ptype.get(g.protocolType)
+			resp.Protocol = g.pname.get(g.protocol)
 			resp.MemberAssignment = mem.assignment
 		}
 		m.reply(mem.sync.id, resp)

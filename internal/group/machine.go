@@ -132,6 +132,7 @@ type member struct {
 	sync         *parked
 	isNew        bool
 	seq          uint64 // join order, for deterministic iteration
+	gone         bool   // removed from its group (group.order)
 
 	// For the rebalance history (history.go). lastSeen is when the member
 	// last sent a heartbeat, JoinGroup, SyncGroup or an offset commit that
@@ -213,10 +214,17 @@ type group struct {
 	protocol     string
 	leader       string
 	members      map[string]*member
-	pending      map[string]bool
-	pendingSync  map[string]bool
-	static       map[string]string // instance id -> member id
-	seq          uint64
+	// order holds the members in join order (by seq), and possibly
+	// members removed since (member.gone), gaps of them; head is the
+	// index of the first member that may be present. A slice that
+	// sortedMembers handed out is never changed in place, only
+	// appended to: compaction and replacement build a new one.
+	order       []*member
+	gaps, head  int
+	pending     map[string]bool
+	pendingSync map[string]bool
+	static      map[string]string // instance id -> member id
+	seq         uint64
 
 	// Running counts over members, kept by add, remove, setProtocols and
 	// setJoin, so that a join need not scan the whole group: supporters
@@ -225,6 +233,10 @@ type group struct {
 	// an n-member rebalance costs O(n), and the rebalance O(n²).
 	supporters map[string]int
 	awaiting   int
+
+	// ptype and pname share the pointers to protocolType and protocol
+	// among the replies that carry them.
+	ptype, pname sharedStr
 
 	newMemberAdded   bool
 	initialDelay     time.Duration
@@ -276,15 +288,20 @@ func (g *group) transition(now time.Time, to State) {
 	g.stateTime = now
 }
 
-// sortedMembers returns members in join order.
+// sortedMembers returns members in join order. The slice is the group's
+// own: the caller must not change it, and may keep iterating it while
+// members are added or removed (it then sees the members as they were).
 func (g *group) sortedMembers() []*member {
-	ms := make([]*member, 0, len(g.members))
-	for _, m := range g.members {
-		ms = append(ms, m)
+	if g.gaps > 0 {
+		ms := make([]*member, 0, len(g.members))
+		for _, m := range g.order[g.head:] {
+			if !m.gone {
+				ms = append(ms, m)
+			}
+		}
+		g.order, g.gaps, g.head = ms, 0, 0
 	}
-	// Join order numbers are distinct, so the order is total.
-	slices.SortFunc(ms, func(a, b *member) int { return cmp.Compare(a.seq, b.seq) })
-	return ms
+	return g.order
 }
 
 func sortedKeys(m map[string]bool) []string {
@@ -303,6 +320,7 @@ func (g *group) add(m *member) {
 	g.seq++
 	m.seq = g.seq
 	g.members[m.id] = m
+	g.order = append(g.order, m)
 	g.countMember(m, 1)
 	if m.instanceID != "" {
 		g.static[m.instanceID] = m.id
@@ -315,6 +333,8 @@ func (g *group) add(m *member) {
 func (g *group) remove(id string) {
 	if m, ok := g.members[id]; ok {
 		delete(g.members, id)
+		m.gone = true
+		g.gaps++
 		g.countMember(m, -1)
 		if m.instanceID != "" && g.static[m.instanceID] == id {
 			delete(g.static, m.instanceID)
@@ -332,16 +352,29 @@ func (g *group) remove(id string) {
 	}
 }
 
-// firstMember returns the member that joined first, without sorting: a
-// batch LeaveGroup removes the leader again and again.
+// firstMember returns the member that joined first. A batch LeaveGroup
+// removes the leader again and again: head moves past the members gone
+// from the front, so that each call does not scan them again.
 func (g *group) firstMember() *member {
-	var first *member
-	for _, m := range g.members {
-		if first == nil || m.seq < first.seq {
-			first = m
+	for ; g.head < len(g.order); g.head++ {
+		if m := g.order[g.head]; !m.gone {
+			return m
 		}
 	}
-	return first
+	return nil
+}
+
+// replaceMember puts mem, a new incarnation of a member with the same seq,
+// in old's place in join order; old is no longer a member.
+func (g *group) replaceMember(old, mem *member) {
+	i, found := slices.BinarySearchFunc(g.order, old.seq, func(m *member, seq uint64) int { return cmp.Compare(m.seq, seq) })
+	if !found || g.order[i] != old {
+		panic(fmt.Sprintf("group %s: member %s not in join order", g.id, old.id))
+	}
+	order := slices.Clone(g.order)
+	order[i] = mem
+	g.order = order
+	old.gone = true
 }
 
 // countMember adds (d = 1) or removes (d = -1) a member's share of the
@@ -499,8 +532,16 @@ func (g *group) computeSubscribedTopics() {
 		g.subscribed = nil
 		return
 	}
-	for _, m := range g.members {
-		topics, ok := parseSubscribedTopics(m.metadataFor(g.protocol))
+	// Members of a group mostly send the same subscription: one that
+	// repeats the previous member's bytes adds nothing.
+	var last []byte
+	for i, m := range g.sortedMembers() {
+		md := m.metadataFor(g.protocol)
+		if i > 0 && string(md) == string(last) {
+			continue
+		}
+		last = md
+		topics, ok := parseSubscribedTopics(md)
 		if !ok {
 			g.subscribed = nil
 			return

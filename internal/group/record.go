@@ -312,9 +312,8 @@ func DecodeRecord(key, value []byte) (Record, error) {
 
 func unixMilli(t time.Time) int64 { return t.UnixMilli() }
 
-// metadataRecord snapshots the group, with the given assignments (nil map:
-// the members' current assignments).
-func (m *Machine) metadataRecord(g *group, assignments map[string][]byte) Record {
+// metadataRecord snapshots the group with its members' assignments.
+func (m *Machine) metadataRecord(g *group) Record {
 	v := &GroupMetadata{
 		ProtocolType:   g.protocolType,
 		Generation:     g.generation,
@@ -322,21 +321,20 @@ func (m *Machine) metadataRecord(g *group, assignments map[string][]byte) Record
 		Leader:         g.leader,
 		StateTimestamp: unixMilli(g.stateTime),
 	}
-	for _, mem := range g.sortedMembers() {
-		a := mem.assignment
-		if assignments != nil {
-			a = assignments[mem.id]
+	if ms := g.sortedMembers(); len(ms) > 0 {
+		v.Members = make([]MemberMetadata, len(ms))
+		for i, mem := range ms {
+			v.Members[i] = MemberMetadata{
+				MemberID:         mem.id,
+				InstanceID:       mem.instanceID,
+				ClientID:         mem.clientID,
+				ClientHost:       mem.clientHost,
+				RebalanceTimeout: int32(mem.rebalance / time.Millisecond),
+				SessionTimeout:   int32(mem.session / time.Millisecond),
+				Subscription:     mem.metadataFor(g.protocol),
+				Assignment:       mem.assignment,
+			}
 		}
-		v.Members = append(v.Members, MemberMetadata{
-			MemberID:         mem.id,
-			InstanceID:       mem.instanceID,
-			ClientID:         mem.clientID,
-			ClientHost:       mem.clientHost,
-			RebalanceTimeout: int32(mem.rebalance / time.Millisecond),
-			SessionTimeout:   int32(mem.session / time.Millisecond),
-			Subscription:     mem.metadataFor(g.protocol),
-			Assignment:       a,
-		})
 	}
 	return Record{Type: RecordGroupMetadata, Group: g.id, Metadata: v}
 }

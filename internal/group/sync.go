@@ -74,27 +74,28 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 		if g.leader != mem.id {
 			return
 		}
-		assignments := map[string][]byte{}
+		// Members the leader left out get an empty assignment; the
+		// last entry for a member wins.
+		ms := g.sortedMembers()
+		for _, mem := range ms {
+			mem.assignment = []byte{}
+		}
 		for _, a := range req.GroupAssignment {
-			if _, ok := g.members[a.MemberID]; ok {
-				assignments[a.MemberID] = a.MemberAssignment
+			if mem := g.members[a.MemberID]; mem != nil {
+				mem.assignment = a.MemberAssignment
 			}
 		}
-		for id := range g.members {
-			a, ok := assignments[id]
-			if g.protocolType == consumerProtocolType && len(a) == 0 {
-				assignments[id] = emptyConsumerAssignment
-			} else if !ok {
-				assignments[id] = []byte{}
+		if g.protocolType == consumerProtocolType {
+			for _, mem := range ms {
+				if len(mem.assignment) == 0 {
+					mem.assignment = emptyConsumerAssignment
+				}
 			}
 		}
 		// The record carries the assignment; every reply below waits for
 		// it, which is Kafka's "propagate on append success".
-		m.record(m.metadataRecord(g, assignments))
-		m.assignmentAccepted(g, assignments)
-		for id, a := range assignments {
-			g.members[id].assignment = a
-		}
+		m.record(m.metadataRecord(g))
+		m.assignmentAccepted(g)
 		m.propagateAssignment(g, 0)
 		g.transition(m.now, Stable)
 		m.maybeEndRebalance(g)
@@ -102,8 +103,8 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 		delete(g.pendingSync, mem.id)
 		resp := kmsg.NewPtrSyncGroupResponse()
 		resp.Version = req.Version
-		resp.ProtocolType = optStr(g.protocolType)
-		resp.Protocol = optStr(g.protocol)
+		resp.ProtocolType = g.ptype.get(g.protocolType)
+		resp.Protocol = g.pname.get(g.protocol)
 		resp.MemberAssignment = mem.assignment
 		m.reply(r.ID, resp)
 		m.delivered(g, mem)
