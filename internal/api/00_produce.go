@@ -184,8 +184,10 @@ func (h *Handler) producePartition(t *broker.Topic, rp kmsg.ProduceRequestTopicP
 		return nil, 0, kerr.TransactionalIDAuthorizationFailed
 	}
 	// A duplicate's original may itself still await its fsync: the end
-	// offset covers it either way.
-	res, err := l.AppendDeferred(batches)
+	// offset covers it either way. The batch is a slice of the request's
+	// frame, which nothing reads once the request is answered: the log
+	// patches it in place and writes it without a copy.
+	res, err := l.AppendOwned(batches)
 	if err != nil {
 		return nil, 0, err
 	}

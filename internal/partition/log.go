@@ -368,7 +368,7 @@ func syncDir(dir string) error {
 // nothing is written and the result carries that batch's original offsets
 // with Duplicate set, as Kafka does.
 func (l *Log) Append(batches [][]byte) (AppendResult, error) {
-	return l.append(batches, l.opts.Sync == SyncAlways)
+	return l.append(batches, l.opts.Sync == SyncAlways, false)
 }
 
 // AppendDeferred appends like Append but never waits for an fsync. Under
@@ -378,7 +378,19 @@ func (l *Log) Append(batches [][]byte) (AppendResult, error) {
 // The records are readable before they are fsynced, as in Kafka, where
 // consumers read data the broker has not flushed.
 func (l *Log) AppendDeferred(batches [][]byte) (AppendResult, error) {
-	return l.append(batches, false)
+	return l.append(batches, false, false)
+}
+
+// AppendOwned appends like AppendDeferred, but the log may modify the
+// caller's batches: it patches their offsets (and, where due, their
+// timestamps and CRC) in place and writes a single batch straight from
+// the caller's memory instead of copying it first. The caller must not
+// use the batches' bytes as the producer sent them afterwards; a produce
+// request, whose frame is dropped once answered, never does. A batch of
+// a megabyte is then read once by validation and once by the write,
+// not also copied in between.
+func (l *Log) AppendOwned(batches [][]byte) (AppendResult, error) {
+	return l.append(batches, false, true)
 }
 
 // SyncTo returns once every record below offset end is fsynced.
@@ -490,7 +502,7 @@ func (l *Log) validate(batches [][]byte, cfg *Config, now int64) ([]checked, err
 	return out, nil
 }
 
-func (l *Log) append(batches [][]byte, syncInline bool) (AppendResult, error) {
+func (l *Log) append(batches [][]byte, syncInline, owned bool) (AppendResult, error) {
 	cfg := l.cfg.Load()
 	now := l.nowMs()
 	checks, err := l.validate(batches, cfg, now)
@@ -556,21 +568,30 @@ func (l *Log) append(batches [][]byte, syncInline bool) (AppendResult, error) {
 		}
 	}
 
-	// Build the write: one buffer, offsets patched in the copy.
+	// Build the write: one buffer, offsets patched in the copy; or, for
+	// a single batch the caller handed over, the batch itself, patched
+	// in place.
 	first := l.hw.Load()
-	buf := l.wbuf[:0]
+	inPlace := owned && len(batches) == 1
+	var buf []byte
+	if !inPlace {
+		buf = l.wbuf[:0]
+	}
 	stats := seg.stats
 	var newEntries []indexEntry
 	off := first
 	for i, b := range batches {
 		pos := stats.size
-		start := len(buf)
-		buf = append(buf, b...)
-		batch.SetBaseOffset(buf[start:], off)
-		batch.SetPartitionLeaderEpoch(buf[start:], 0)
+		if !inPlace {
+			start := len(buf)
+			buf = append(buf, b...)
+			b = buf[start:]
+		}
+		batch.SetBaseOffset(b, off)
+		batch.SetPartitionLeaderEpoch(b, 0)
 		c := checks[i]
 		if c.fixTS {
-			batch.SetMaxTimestamp(buf[start:], c.maxTS, cfg.LogAppendTime)
+			batch.SetMaxTimestamp(b, c.maxTS, cfg.LogAppendTime)
 		}
 		h := c.h
 		h.BaseOffset = off
@@ -579,7 +600,9 @@ func (l *Log) append(batches [][]byte, syncInline bool) (AppendResult, error) {
 		}
 		off = h.LastOffset() + 1
 	}
-	if cap(buf) <= 4<<20 {
+	if inPlace {
+		buf = batches[0]
+	} else if cap(buf) <= 4<<20 {
 		l.wbuf = buf // keep modest buffers for reuse, let huge ones go
 	}
 	if _, err := seg.f.WriteAt(buf, seg.stats.size); err != nil {
