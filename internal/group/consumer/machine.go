@@ -119,6 +119,11 @@ type Machine struct {
 	touched   []*group
 	replaying bool
 	pending   cause // why the next epoch bump of this step happens
+
+	// The slices of StepRequest's Outputs, kept for the next one.
+	recordBuf []Record
+	replyBuf  []Reply
+	timerBuf  []TimerUpdate
 }
 
 // New returns an empty machine that knows no topics yet.
@@ -155,6 +160,47 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 	return m.end()
 }
 
+// StepRequest is Step for a Request, for a caller that takes in each
+// Output before its next step: the Output's Records, Replies and Timers
+// are the machine's own slices, which the next StepRequest reuses (a
+// Step does not), and the request is not boxed into an Event. This is
+// the path of every ConsumerGroupHeartbeat, so a heartbeat that changes
+// nothing allocates its response alone.
+func (m *Machine) StepRequest(now time.Time, r Request) Output {
+	m.begin(now)
+	clear(m.recordBuf)
+	clear(m.replyBuf)
+	clear(m.timerBuf)
+	m.out.Records, m.out.Replies, m.out.Timers = m.recordBuf[:0], m.replyBuf[:0], m.timerBuf[:0]
+	m.request(r)
+	out := m.end()
+	// Kept with their lengths, so that the next step clears what they
+	// hold; a step that grew one very large gives it up.
+	if cap(out.Records) <= maxReusedOutput {
+		m.recordBuf = out.Records
+	}
+	if cap(out.Replies) <= maxReusedOutput {
+		m.replyBuf = out.Replies
+	}
+	if cap(out.Timers) <= maxReusedOutput {
+		m.timerBuf = out.Timers
+	}
+	// As from Step: none is nil.
+	if len(out.Records) == 0 {
+		out.Records = nil
+	}
+	if len(out.Replies) == 0 {
+		out.Replies = nil
+	}
+	if len(out.Timers) == 0 {
+		out.Timers = nil
+	}
+	return out
+}
+
+// maxReusedOutput bounds the slices StepRequest keeps.
+const maxReusedOutput = 256
+
 func (m *Machine) begin(now time.Time) {
 	m.now = now
 	m.out = Output{}
@@ -166,7 +212,7 @@ func (m *Machine) end() Output {
 	for _, g := range m.touched {
 		m.maybeCloseRebalance(g)
 	}
-	m.out.Timers = m.timers.Updates()
+	m.out.Timers = m.timers.AppendUpdates(m.out.Timers)
 	out := m.out
 	m.out = Output{}
 	m.touched = m.touched[:0]
