@@ -1,0 +1,179 @@
+package replica
+
+import (
+	"errors"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// phase is where a follower is in its conversation with the leader.
+type phase int8
+
+const (
+	phaseAsk      phase = iota // next: AskEpoch (OffsetForLeaderEpoch)
+	phaseTruncate              // next: Truncate
+	phaseFetch                 // next: Fetch
+	phaseFenced                // our epoch is old: wait for a newer SetState
+)
+
+func (p phase) String() string {
+	return [...]string{"ask", "truncate", "fetch", "fenced"}[p]
+}
+
+// followerState is what a follower keeps beside the partition state. It
+// has at most one request (AskEpoch, Truncate or Fetch) in flight.
+type followerState struct {
+	phase      phase
+	inFlight   bool
+	retryAt    time.Time // no request before this (retry backoff)
+	truncateTo int64
+	fetchNext  bool // after the truncation: fetch (else ask again)
+}
+
+// becomeFollower starts the conversation with a new leader (or epoch):
+// find the divergence point first, then fetch.
+func (m *Machine) becomeFollower() {
+	m.leader.peers = nil
+	m.follower = followerState{phase: phaseAsk}
+}
+
+// followerSend sends the next request if none is in flight and nothing
+// holds it back: a fence, the lease, the retry backoff.
+func (m *Machine) followerSend() {
+	f := &m.follower
+	if f.inFlight || f.phase == phaseFenced || !m.live(m.now) || m.now.Before(f.retryAt) {
+		return
+	}
+	f.inFlight = true
+	switch f.phase {
+	case phaseAsk:
+		latest, ok := m.cfg.Epochs.Latest()
+		if ok {
+			m.emit(AskEpoch{Leader: m.p.Leader, LeaderEpoch: m.p.LeaderEpoch, Epoch: latest})
+			return
+		}
+		// No epoch to ask about: truncate to the HW, as Kafka's fetcher
+		// does for a replica without epochs (truncateToHighWatermark).
+		f.phase, f.truncateTo, f.fetchNext = phaseTruncate, min(m.hw, m.leo), true
+		fallthrough
+	case phaseTruncate:
+		m.emit(Truncate{To: f.truncateTo})
+	case phaseFetch:
+		m.emit(Fetch{Leader: m.p.Leader, LeaderEpoch: m.p.LeaderEpoch, Offset: m.leo})
+	}
+}
+
+// awaiting reports whether a result sent under leaderEpoch is the answer
+// to the request in flight in phase ph; anything else is stale.
+func (m *Machine) awaiting(ph phase, leaderEpoch int32) bool {
+	f := &m.follower
+	return m.role == RoleFollower && f.inFlight && f.phase == ph && leaderEpoch == m.p.LeaderEpoch
+}
+
+func (m *Machine) epochAnswer(e EpochAnswer) {
+	if !m.awaiting(phaseAsk, e.LeaderEpoch) {
+		return
+	}
+	f := &m.follower
+	f.inFlight = false
+	if e.Err != nil {
+		m.followerError(e.Err)
+		return
+	}
+	f.phase = phaseTruncate
+	f.truncateTo, f.fetchNext = m.truncationPoint(e.Epoch, e.End)
+}
+
+// truncationPoint is Kafka's AbstractFetcherThread.getOffsetTruncationState
+// (KIP-101, KIP-279): where to truncate given the leader's answer (epoch,
+// end) to OffsetForLeaderEpoch(my latest epoch), and whether to fetch next
+// (else ask again).
+func (m *Machine) truncationPoint(epoch int32, end int64) (int64, bool) {
+	switch {
+	case end < 0:
+		// The leader has no epoch as old as the one asked: it cannot say
+		// where we diverge. Truncate to the HW, which it holds.
+		return min(m.hw, m.leo), true
+	case epoch < 0:
+		// An answer without an epoch (OffsetForLeaderEpoch v0, KIP-101
+		// alone): its end offset is all there is.
+		return min(end, m.leo), true
+	}
+	mine, myEnd, ok := m.cfg.Epochs.EndOffsetFor(epoch)
+	switch {
+	case !ok:
+		// Every epoch we have is newer than the leader's answer: our
+		// whole log from its end offset on is unknown to the leader.
+		return min(end, m.leo), true
+	case mine != epoch:
+		// KIP-279: the leader answered with an epoch we never had (it
+		// lacks the one we asked for). Our largest epoch below it may
+		// still diverge from the leader's log somewhere before the
+		// leader's end offset, so truncate to where our own epoch ends
+		// and ask again for that epoch: the next question names a
+		// smaller epoch, so this ends.
+		return min(myEnd, m.leo), false
+	default:
+		// Same epoch on both sides: the logs agree up to the smaller of
+		// the two ends of it.
+		return min(myEnd, end, m.leo), true
+	}
+}
+
+// truncated takes the new LEO; a truncation below the HW lowers it (only
+// an unclean election can make a leader ask for that).
+func (m *Machine) truncated(e Truncated) {
+	m.leo = e.LEO
+	m.hw = min(m.hw, m.leo)
+	if !m.awaiting(phaseTruncate, m.p.LeaderEpoch) {
+		return
+	}
+	f := &m.follower
+	f.inFlight = false
+	if f.fetchNext {
+		f.phase = phaseFetch
+	} else {
+		f.phase = phaseAsk
+	}
+}
+
+// fetched takes the LEO (the records are in the log, whoever sent them)
+// and, from the current leader, its HW: min(leader's HW, LEO), never back.
+func (m *Machine) fetched(e Fetched) {
+	m.leo = e.LEO
+	if !m.awaiting(phaseFetch, e.LeaderEpoch) {
+		return
+	}
+	m.follower.inFlight = false
+	if hw := min(e.HW, m.leo); hw > m.hw {
+		m.hw = hw
+		m.emit(SetHW{HW: hw})
+	}
+}
+
+func (m *Machine) fetchFailed(e FetchFailed) {
+	if !m.awaiting(phaseFetch, e.LeaderEpoch) {
+		return
+	}
+	m.follower.inFlight = false
+	m.followerError(e.Err)
+}
+
+// followerError handles an error from the leader as Kafka's fetcher does.
+// FENCED_LEADER_EPOCH: the leader has a newer epoch than ours, which etcd
+// will bring; wait for it. UNKNOWN_LEADER_EPOCH (the leader has not learnt
+// our epoch yet), NOT_LEADER_OR_FOLLOWER, a lost request and the rest:
+// try again after the backoff; no new state may be coming. An offset out
+// of range starts again from OffsetForLeaderEpoch.
+func (m *Machine) followerError(err error) {
+	f := &m.follower
+	switch {
+	case errors.Is(err, kerr.FencedLeaderEpoch):
+		f.phase = phaseFenced
+		return
+	case errors.Is(err, kerr.OffsetOutOfRange):
+		f.phase = phaseAsk
+	}
+	f.retryAt = m.now.Add(m.cfg.RetryBackoff)
+}
