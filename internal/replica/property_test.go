@@ -29,8 +29,9 @@ var (
 //     (and every replica etcd has in the ISR has it), and OK only if that
 //     ISR (with the write in flight) has min.insync.replicas members;
 //   - nothing is acknowledged unless now < lease deadline - margin;
-//   - a produce is answered once, REQUEST_TIMED_OUT not before its
-//     deadline, and every produce is answered in the end;
+//   - a produce is answered once: REQUEST_TIMED_OUT not before its
+//     deadline, anything else before it; every produce is answered in the
+//     end;
 //   - a follower's HW never goes back, nor past its LEO or the leader's HW.
 //
 // A failure prints its seed; replay it with
@@ -122,14 +123,6 @@ func newSim(seed int64) *sim {
 		s.nodes = append(s.nodes, n)
 	}
 	s.lease = s.now.Add(9 * time.Second)
-	for _, n := range s.nodes {
-		lease := s.lease
-		if n.id != 1 {
-			lease = s.now.Add(1000 * time.Hour) // followers' leases are not under test
-		}
-		s.step(n, Lease{Deadline: lease})
-		s.step(n, SetState{State: s.etcd})
-	}
 	return s
 }
 
@@ -161,6 +154,14 @@ func (s *sim) run(steps int) (err error) {
 			err = f.err
 		}
 	}()
+	for _, n := range s.nodes {
+		lease := s.lease
+		if n.id != 1 {
+			lease = s.now.Add(1000 * time.Hour) // followers' leases are not under test
+		}
+		s.step(n, Lease{Deadline: lease})
+		s.step(n, SetState{State: s.etcd})
+	}
 	for i := 0; i < steps; i++ {
 		s.randomStep()
 		s.checkState()
@@ -370,7 +371,9 @@ func (s *sim) checkAck(n *simNode, a Ack) {
 	if a.Err != nil && !errors.Is(a.Err, kerr.NotEnoughReplicasAfterAppend) {
 		s.check(false, "produce %d: unexpected %v", a.ID, a.Err)
 	}
-	// An acknowledgement: only under a live lease ...
+	// An answer other than a timeout: only before the deadline ...
+	s.check(s.now.Before(p.deadline), "produce %d answered %v at %s, deadline %s", a.ID, a.Err, since(s.now), since(p.deadline))
+	// ... only under a live lease ...
 	s.check(s.now.Before(s.lease.Add(-s.margin)), "produce %d acknowledged at %s, lease deadline %s", a.ID, since(s.now), since(s.lease))
 	if p.leaderOnly {
 		return
