@@ -49,7 +49,10 @@
 // committed ISR is already too small. A produce not answered by its
 // deadline gets REQUEST_TIMED_OUT. Fencing: no Ack at all is released
 // unless the lease is live; past it pending produces wait (or time out)
-// and the runtime steps down.
+// and the runtime steps down. A leader whose lease is not live also
+// refuses follower fetches (NOT_LEADER_OR_FOLLOWER), leaves its HW and
+// ISR as they are, and CheckAppend refuses appends: it may already have
+// been replaced. A later Lease that makes it live lets it go on.
 //
 // ISR changes: an ISR follower not caught up for replica.lag.time.max is
 // removed; a follower outside the ISR whose LEO reaches the HW and the
@@ -93,4 +96,15 @@
 // are ignored (their LEO is still taken: it is a fact about the local log).
 // A follower whose lease is not live sends nothing; it resumes where it
 // was once a Lease makes it live again.
+//
+// # The runtime's side
+//
+// Step effects are performed in the order given. StartEpoch, Truncate and
+// SetHW touch the local log: Truncate is done before any other event is
+// stepped, and reported with Truncated. WriteISR, AskEpoch and Fetch go
+// out over the network; each is answered by exactly one event (a lost or
+// failed request too: ISRWriteFailed with the state read back from etcd,
+// EpochAnswer or FetchFailed with an error). FetchAnswer and the queries
+// (CheckAppend, ClientHW, CheckLeaderEpoch) are synchronous. Step a Tick
+// at NextDeadline.
 package replica

@@ -218,6 +218,9 @@ func (m *Machine) maximalISR() []int32 {
 
 // updateHW raises the HW to the minimum LEO over the maximal ISR, leader
 // included; a follower that has not fetched yet holds it where it is.
+// (Newer Kafka also lets a caught-up follower outside the ISR hold the HW,
+// so that it can join an ISR of one, and with KIP-966 does not advance the
+// HW below min.insync.replicas; neither is done here.)
 func (m *Machine) updateHW() {
 	hw := m.leo
 	for _, id := range m.maximalISR() {
