@@ -60,8 +60,10 @@
 // WriteISR effect, a compare-and-swap on the partition's mod revision,
 // with at most one in flight; its result comes back as ISRWritten or
 // ISRWriteFailed (with the state etcd now holds, which is applied as a
-// SetState: another leader epoch means this node no longer leads, and its
-// pending produces get NOT_LEADER_OR_FOLLOWER).
+// SetState). Any state at another leader epoch, from etcd's watch or from
+// a refused write, answers the pending produces NOT_LEADER_OR_FOLLOWER,
+// even if this node leads the new epoch too: they were accepted under an
+// ISR the new epoch does not promise to keep.
 //
 // A new leader starts its epoch at its LEO (StartEpoch: the runtime
 // records it in the leader-epoch cache). Its HW may be below that offset
