@@ -1,0 +1,147 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+var tA = TopicID{1}
+
+func view(alive ...int32) View {
+	v := View{Alive: map[int32]string{}, ShuttingDown: map[int32]bool{}, States: map[TP]PartitionState{}, Reassign: map[TP]Reassignment{}}
+	for _, n := range alive {
+		v.Alive[n] = ""
+	}
+	v.Topics = []Topic{{ID: tA, Name: "a", Replicas: [][]int32{{1, 2, 3}}}}
+	return v
+}
+
+func tp0() TP { return TP{Topic: tA, Partition: 0} }
+
+func describe(ws []Write) string {
+	var b strings.Builder
+	for _, w := range ws {
+		fmt.Fprintf(&b, "%s: leader=%d epoch=%d isr=%v pepoch=%d expect=%d", w.Reason, w.State.Leader, w.State.LeaderEpoch, w.State.ISR, w.State.PartitionEpoch, w.ExpectRevision)
+		if w.Replicas != nil {
+			fmt.Fprintf(&b, " replicas=%v finished=%v", w.Replicas, w.Finished)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func TestDecide(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		setup func(v *View)
+		want  string
+	}{
+		{"a healthy partition changes nothing", func(v *View) {
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 2, 3}, Revision: 10}
+		}, ""},
+		{"a dead leader: the first live ISR replica leads, the dead one leaves the ISR", func(v *View) {
+			delete(v.Alive, 1)
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 3, 2}, PartitionEpoch: 7, Revision: 10}
+		}, "leader-gone: leader=2 epoch=5 isr=[3 2] pepoch=8 expect=10\n"},
+		{"a dead leader with a replica out of the ISR: not elected", func(v *View) {
+			delete(v.Alive, 1)
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 3}, Revision: 10}
+		}, "leader-gone: leader=3 epoch=5 isr=[3] pepoch=1 expect=10\n"},
+		{"no live ISR replica: offline, the ISR kept, the epoch bumped", func(v *View) {
+			delete(v.Alive, 1)
+			delete(v.Alive, 3)
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 3}, Revision: 10}
+		}, "offline: leader=-1 epoch=5 isr=[1 3] pepoch=1 expect=10\n"},
+		{"offline stays offline until an ISR member is back", func(v *View) {
+			delete(v.Alive, 1)
+			delete(v.Alive, 3)
+			v.States[tp0()] = PartitionState{Leader: NoLeader, LeaderEpoch: 5, ISR: []int32{1, 3}, Revision: 11}
+		}, ""},
+		{"an ISR member back leads an offline partition", func(v *View) {
+			delete(v.Alive, 1)
+			v.States[tp0()] = PartitionState{Leader: NoLeader, LeaderEpoch: 5, ISR: []int32{1, 3}, Revision: 11}
+		}, "first-leader: leader=3 epoch=6 isr=[3] pepoch=1 expect=11\n"},
+		{"unclean election takes a live replica out of the ISR", func(v *View) {
+			v.Topics[0].UncleanLeaderElection = true
+			delete(v.Alive, 1)
+			delete(v.Alive, 3)
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 3}, Revision: 10}
+		}, "unclean-election: leader=2 epoch=5 isr=[2] pepoch=1 expect=10\n"},
+		{"a dead follower leaves the ISR, the leader and its epoch stay", func(v *View) {
+			delete(v.Alive, 3)
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 2, 3}, Revision: 10}
+		}, "isr-dead-replica: leader=1 epoch=4 isr=[1 2] pepoch=1 expect=10\n"},
+		{"a leader shutting down hands over to a live ISR replica", func(v *View) {
+			v.ShuttingDown[1] = true
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 2, 3}, Revision: 10}
+		}, "controlled-shutdown: leader=2 epoch=5 isr=[1 2 3] pepoch=1 expect=10\n"},
+		{"a leader shutting down alone in the ISR keeps leading", func(v *View) {
+			v.ShuttingDown[1] = true
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1}, Revision: 10}
+		}, ""},
+		{"the preferred replica gets leadership back when a check is due", func(v *View) {
+			v.AutoLeaderRebalance, v.RebalanceDue = true, true
+			v.States[tp0()] = PartitionState{Leader: 2, LeaderEpoch: 5, ISR: []int32{2, 3, 1}, Revision: 12}
+		}, "preferred-leader: leader=1 epoch=6 isr=[2 3 1] pepoch=1 expect=12\n"},
+		{"not before the check is due, nor with rebalancing off", func(v *View) {
+			v.AutoLeaderRebalance = true
+			v.States[tp0()] = PartitionState{Leader: 2, LeaderEpoch: 5, ISR: []int32{2, 3, 1}, Revision: 12}
+		}, ""},
+		{"a preferred replica out of the ISR is not elected", func(v *View) {
+			v.AutoLeaderRebalance, v.RebalanceDue = true, true
+			v.States[tp0()] = PartitionState{Leader: 2, LeaderEpoch: 5, ISR: []int32{2, 3}, Revision: 12}
+		}, ""},
+		{"a reassignment first adds its target to the replicas", func(v *View) {
+			v.Alive[4] = ""
+			v.Reassign[tp0()] = Reassignment{Target: []int32{4, 2, 3}}
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 2, 3}, Revision: 10}
+		}, "reassignment-add: leader=1 epoch=4 isr=[1 2 3] pepoch=1 expect=10 replicas=[4 2 3 1] finished=false\n"},
+		{"and waits until the target is in the ISR", func(v *View) {
+			v.Alive[4] = ""
+			v.Topics[0].Replicas = [][]int32{{4, 2, 3, 1}}
+			v.Reassign[tp0()] = Reassignment{Target: []int32{4, 2, 3}}
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 2, 3}, Revision: 11}
+		}, ""},
+		{"then finishes: the target, a leader from it, the others out of the ISR", func(v *View) {
+			v.Alive[4] = ""
+			v.Topics[0].Replicas = [][]int32{{4, 2, 3, 1}}
+			v.Reassign[tp0()] = Reassignment{Target: []int32{4, 2, 3}}
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 2, 3, 4}, Revision: 12}
+		}, "reassignment-done: leader=4 epoch=5 isr=[2 3 4] pepoch=1 expect=12 replicas=[4 2 3] finished=true\n"},
+		{"a partition without a state is left to its topic's creator", func(v *View) {}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := view(1, 2, 3)
+			c.setup(&v)
+			if got := describe(Decide(v)); got != c.want {
+				t.Fatalf("got:\n%swant:\n%s", got, c.want)
+			}
+		})
+	}
+}
+
+// Decisions come in a fixed order whatever the order of the view's topics,
+// and deciding again on the state written decides nothing more: a
+// controller that restarts between two decisions writes nothing twice.
+func TestDecideIsDeterministicAndSettles(t *testing.T) {
+	v := view(2, 3)
+	v.Topics = append(v.Topics, Topic{ID: TopicID{2}, Name: "b", Replicas: [][]int32{{3, 1}, {1, 2}}})
+	v.States[TP{tA, 0}] = PartitionState{Leader: 1, ISR: []int32{1, 2, 3}, Revision: 1}
+	v.States[TP{TopicID{2}, 0}] = PartitionState{Leader: 3, ISR: []int32{3, 1}, Revision: 2}
+	v.States[TP{TopicID{2}, 1}] = PartitionState{Leader: 1, ISR: []int32{1, 2}, Revision: 3}
+	first := Decide(v)
+	slices.Reverse(v.Topics)
+	if a, b := describe(first), describe(Decide(v)); a != b {
+		t.Fatalf("order depends on the view's order:\n%s\nvs\n%s", a, b)
+	}
+	for i, w := range first {
+		st := w.State
+		st.Revision = int64(100 + i)
+		v.States[w.TP] = st
+	}
+	if again := Decide(v); len(again) != 0 {
+		t.Fatalf("deciding on the written states decides again:\n%s", describe(again))
+	}
+}
