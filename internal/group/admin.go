@@ -36,6 +36,9 @@ func (m *Machine) describeGroups(r Request, req *kmsg.DescribeGroupsRequest) {
 		if g.state == Stable {
 			dg.Protocol = g.protocol
 		}
+		if ms := g.sortedMembers(); len(ms) > 0 {
+			dg.Members = make([]kmsg.DescribeGroupsResponseGroupMember, 0, len(ms))
+		}
 		for _, mem := range g.sortedMembers() {
 			dm := kmsg.NewDescribeGroupsResponseGroupMember()
 			dm.MemberID = mem.id

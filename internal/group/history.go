@@ -104,7 +104,7 @@ func (g *group) rebalanceProtocol() string {
 	if len(g.members) == 0 {
 		return inspect.ProtocolEager
 	}
-	for _, mem := range g.members {
+	for _, mem := range g.sortedMembers() {
 		if g.eager(mem) {
 			return inspect.ProtocolEager
 		}
@@ -245,7 +245,7 @@ func (m *Machine) waits(g *group, cur *rebalance, timedOut []*member) []inspect.
 		}
 		top = slices.Insert(top, i, w)
 	}
-	for _, mem := range g.members {
+	for _, mem := range g.sortedMembers() {
 		w := inspect.Wait{Member: mem.id, WaitedMs: whole}
 		if mem.join != nil {
 			w.WaitedMs, w.Rejoined = max(msTime(mem.joinedAt).Sub(start).Milliseconds(), 0), true
@@ -536,7 +536,7 @@ func (m *Machine) closeRebalance(g *group, outcome string) {
 		return
 	}
 	if cur.awaiting > 0 {
-		for _, mem := range g.members {
+		for _, mem := range g.sortedMembers() {
 			g.notAwaiting(mem)
 		}
 	}

@@ -1,6 +1,7 @@
 package group
 
 import (
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -14,7 +15,9 @@ func optStr(s string) *string {
 	if s == "" {
 		return nil
 	}
-	return &s
+	p := new(string) // only here: &s would move s to the heap for "" too
+	*p = s
+	return p
 }
 
 // sharedStr hands out one *string for a string that many replies of a
@@ -55,6 +58,13 @@ func (m *Machine) replySyncError(p *parked, code int16) {
 // generation; the leader gets the member list.
 func (g *group) joinResponse(version int16, memberID string, withMembers bool) *kmsg.JoinGroupResponse {
 	resp := kmsg.NewPtrJoinGroupResponse()
+	g.fillJoinResponse(resp, version, memberID, withMembers)
+	return resp
+}
+
+// fillJoinResponse makes resp, a response in its default state, the
+// successful JoinGroup answer (joinResponse).
+func (g *group) fillJoinResponse(resp *kmsg.JoinGroupResponse, version int16, memberID string, withMembers bool) {
 	resp.Version = version
 	resp.Generation = g.generation
 	resp.ProtocolType = g.ptype.get(g.protocolType)
@@ -72,7 +82,6 @@ func (g *group) joinResponse(version int16, memberID string, withMembers bool) *
 			jm.ProtocolMetadata = mem.metadataFor(g.protocol)
 		}
 	}
-	return resp
 }
 
 func (m *Machine) joinGroup(r Request, req *kmsg.JoinGroupRequest) {
@@ -512,9 +521,20 @@ func (m *Machine) completeJoin(g *group) {
 		m.closeRebalance(g, "empty")
 		return
 	}
+	// The answers of the members' parked joins, in one allocation.
+	resps := make([]kmsg.JoinGroupResponse, g.numAwaitingJoin())
+	m.out.Replies = slices.Grow(m.out.Replies, len(resps))
 	for _, mem := range g.sortedMembers() {
 		if mem.join != nil {
-			m.reply(mem.join.id, g.joinResponse(mem.join.version, mem.id, g.leader == mem.id))
+			var resp *kmsg.JoinGroupResponse
+			if len(resps) > 0 {
+				resp, resps = &resps[0], resps[1:]
+				resp.Default()
+			} else {
+				resp = kmsg.NewPtrJoinGroupResponse()
+			}
+			g.fillJoinResponse(resp, mem.join.version, mem.id, g.leader == mem.id)
+			m.reply(mem.join.id, resp)
 			g.setJoin(mem, nil)
 		}
 		m.schedule(TimerKey{Group: g.id, Kind: TimerHeartbeat, Member: mem.id}, mem.session)
@@ -548,11 +568,23 @@ func (m *Machine) resetAndPropagateAssignmentError(g *group, code int16) {
 }
 
 func (m *Machine) propagateAssignment(g *group, code int16) {
-	for _, mem := range g.sortedMembers() {
+	ms := g.sortedMembers()
+	n := 0
+	for _, mem := range ms {
+		if mem.sync != nil {
+			n++
+		}
+	}
+	// The answers of the members' parked syncs, in one allocation.
+	resps := make([]kmsg.SyncGroupResponse, n)
+	m.out.Replies = slices.Grow(m.out.Replies, n)
+	for _, mem := range ms {
 		if mem.sync == nil {
 			continue
 		}
-		resp := kmsg.NewPtrSyncGroupResponse()
+		resp := &resps[0]
+		resps = resps[1:]
+		resp.Default()
 		resp.Version = mem.sync.version
 		resp.ErrorCode = code
 		if code == 0 {

@@ -130,9 +130,13 @@ type member struct {
 	assignment   []byte
 	join         *parked
 	sync         *parked
+	syncSlot     parked // what sync points to, so that parking allocates nothing
 	isNew        bool
 	seq          uint64 // join order, for deterministic iteration
 	gone         bool   // removed from its group (group.order)
+	// startSeq is the Seq of the rebalance in progress if the member was
+	// in the group when it opened (history.go).
+	startSeq uint64
 
 	// For the rebalance history (history.go). lastSeen is when the member
 	// last sent a heartbeat, JoinGroup, SyncGroup or an offset commit that
@@ -437,7 +441,7 @@ func (g *group) hasAllMembersJoined() bool {
 // rebalanceTimeout is the largest rebalance timeout of the current members.
 func (g *group) rebalanceTimeout() time.Duration {
 	var d time.Duration
-	for _, m := range g.members {
+	for _, m := range g.sortedMembers() {
 		if m.rebalance > d {
 			d = m.rebalance
 		}
@@ -469,6 +473,15 @@ func (g *group) supportsProtocols(protocolType string, ps []kmsg.JoinGroupReques
 // those all members support. Kafka breaks ties by HashMap order; here the
 // protocol that received its first vote earliest (in join order) wins.
 func (g *group) selectProtocol() string {
+	if len(g.supporters) == 1 {
+		// One protocol among all members: if all list it, all vote
+		// for it.
+		for name, n := range g.supporters {
+			if n == len(g.members) {
+				return name
+			}
+		}
+	}
 	var votes map[string]int
 	var order []string
 	for _, m := range g.sortedMembers() {

@@ -19,6 +19,7 @@ var emptyConsumerAssignment = func() []byte {
 }()
 
 func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
+	// Answered at once unless parked, when it moves to the member.
 	p := &parked{id: r.ID, version: req.Version}
 	if req.Version >= 5 && (req.ProtocolType == nil || req.Protocol == nil) {
 		m.replySyncError(p, errInconsistentProtocol)
@@ -69,7 +70,8 @@ func (m *Machine) syncGroup(r Request, req *kmsg.SyncGroupRequest) {
 			// Superseded by a retry; free the old handle.
 			m.replySyncError(mem.sync, errRebalanceInProgress)
 		}
-		mem.sync = p
+		mem.syncSlot = *p
+		mem.sync = &mem.syncSlot
 		delete(g.pendingSync, mem.id)
 		if g.leader != mem.id {
 			return

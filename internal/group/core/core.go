@@ -117,6 +117,16 @@ func CompareTimerKeys(a, b TimerKey) int {
 	return strings.Compare(a.Member, b.Member)
 }
 
+// compareEntries is CompareTimerKeys for the entries a step changed, most
+// of which, when there are many, are one group's keys of one kind: those
+// compare by member alone.
+func compareEntries(a, b *timerEntry) int {
+	if a.key.Kind == b.key.Kind && a.key.Group == b.key.Group {
+		return strings.Compare(a.key.Member, b.key.Member)
+	}
+	return CompareTimerKeys(a.key, b.key)
+}
+
 // SortTimerKeys sorts keys by CompareTimerKeys.
 func SortTimerKeys(keys []TimerKey) { slices.SortFunc(keys, CompareTimerKeys) }
 
@@ -251,7 +261,7 @@ func (t *Timers) AppendUpdates(dst []TimerUpdate) []TimerUpdate {
 		return dst
 	}
 	if len(t.dirty) > 1 {
-		slices.SortFunc(t.dirty, func(a, b *timerEntry) int { return CompareTimerKeys(a.key, b.key) })
+		slices.SortFunc(t.dirty, compareEntries)
 	}
 	out := slices.Grow(dst, len(t.dirty))
 	for _, e := range t.dirty {
