@@ -90,7 +90,9 @@ func BenchmarkRebalanceSteps(b *testing.B) {
 // half are answered at once, the last of them ending the rebalance. Every
 // step goes through StepRequest, as in the coordinator, and the records
 // are encoded as the store would encode them. The forming before the
-// leader's JoinGroup is not timed:
+// leader's JoinGroup is not timed, nor the step after the window that
+// keeps the rebalance's record (TimerHistory, off the replies' path),
+// which history-ns/op reports:
 //
 //	go test ./internal/group -run '^$' -bench Rebalance1001 -benchmem -count 10
 func BenchmarkRebalance1001(b *testing.B) {
@@ -115,6 +117,7 @@ func BenchmarkRebalance1001(b *testing.B) {
 		return req
 	}
 	var key, val []byte
+	var history time.Duration
 	b.ReportAllocs()
 	b.StopTimer()
 	for range b.N {
@@ -156,6 +159,15 @@ func BenchmarkRebalance1001(b *testing.B) {
 		if want := 2 * members; replies != want {
 			b.Fatalf("%d replies, want %d", replies, want)
 		}
+		start := time.Now()
+		out := m.Step(now, Timer{Key: TimerKey{Group: "g", Kind: TimerHistory}})
+		for _, r := range out.Records {
+			key, val = r.AppendKey(key[:0]), r.AppendValue(val[:0])
+		}
+		history += time.Since(start)
+		if len(out.Rebalances) != 1 {
+			b.Fatalf("the history step kept %d rebalances, want 1", len(out.Rebalances))
+		}
 		if st, gen := m.GroupState("g"); st != Stable || gen != 2 {
 			b.Fatalf("group %v generation %d, want Stable 2", st, gen)
 		}
@@ -163,6 +175,7 @@ func BenchmarkRebalance1001(b *testing.B) {
 			b.Fatalf("rebalances %+v, want two finished", rs)
 		}
 	}
+	b.ReportMetric(float64(history.Nanoseconds())/float64(b.N), "history-ns/op")
 }
 
 // rebalanceWindow steps BenchmarkRebalance1001's timed requests and

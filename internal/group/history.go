@@ -30,9 +30,11 @@ import (
 // rebalance is the one a group has in progress.
 type rebalance struct {
 	rec inspect.Rebalance
-	// startMembers are the members when it opened, including those whose
-	// removal opened it and excluding the newcomer that did.
-	startMembers map[string]bool
+	// The members when it opened are those whose member.startSeq is its
+	// Seq, and those who have left since: out (unsorted, possibly with
+	// repeats) lists these, starting with those whose removal opened
+	// it. The newcomer whose join opened it was not a member then.
+	out []string
 	// joinDone is set once the join phase has ended (WaitedFor is final).
 	joinDone bool
 	// assigned is set once the leader's assignment was accepted; then
@@ -40,6 +42,15 @@ type rebalance struct {
 	// (member.awaiting), whose moves wait in member.pending.
 	assigned bool
 	awaiting int
+	// done is set once every member has received its assignment: the
+	// rebalance is over, as of endedAt, with membersIn and membersOut
+	// (unsorted) as they were then. Its record is built and kept by the
+	// next step, a TimerHistory firing due at once, or by whatever opens
+	// the next rebalance first (closeRebalance), so that the replies
+	// that ended it need not wait for their history.
+	done                  bool
+	endedAt               time.Time
+	membersIn, membersOut []string
 }
 
 // pendingMove is a partition assigned to a member that has not received
@@ -186,17 +197,18 @@ func (m *Machine) openRebalance(g *group, r reason) {
 			Trigger:          r.trigger,
 			Member:           memberRef(r.who),
 		},
-		startMembers: make(map[string]bool, len(g.members)+len(r.removed)),
 	}
 	g.nextSeq++
-	for id := range g.members {
-		cur.startMembers[id] = true
+	for _, mem := range g.sortedMembers() {
+		mem.startSeq = cur.rec.Seq
 	}
 	for _, id := range r.removed {
-		cur.startMembers[id] = true
+		if g.members[id] == nil {
+			cur.out = append(cur.out, id)
+		}
 	}
 	if r.who != nil && r.newcomer {
-		delete(cur.startMembers, r.who.id)
+		r.who.startSeq = 0
 	}
 	g.cur = cur
 	var session time.Duration
@@ -471,12 +483,38 @@ func (m *Machine) delivered(g *group, mem *member) {
 	mem.pending = nil
 }
 
-// maybeEndRebalance closes the rebalance in progress once every member
-// has received its assignment.
+// maybeEndRebalance ends the rebalance in progress once every member has
+// received its assignment. Its record waits for a step of its own
+// (rebalance.done).
 func (m *Machine) maybeEndRebalance(g *group) {
-	if cur := g.cur; cur != nil && cur.assigned && cur.awaiting == 0 {
-		m.closeRebalance(g, "stable")
+	cur := g.cur
+	if cur == nil || !cur.assigned || cur.awaiting != 0 || cur.done {
+		return
 	}
+	cur.done, cur.endedAt = true, m.now
+	cur.rec.GenerationAfter = g.generation
+	cur.membersIn, cur.membersOut = g.membersInOut(cur)
+	m.schedule(TimerKey{Group: g.id, Kind: TimerHistory}, 0)
+}
+
+// leftDuringRebalance notes that mem, no longer a member, leaves the
+// rebalance in progress if it was a member when that opened.
+func (g *group) leftDuringRebalance(mem *member) {
+	if cur := g.cur; cur != nil && !cur.done && mem.startSeq == cur.rec.Seq {
+		cur.out = append(cur.out, mem.id)
+	}
+}
+
+// membersInOut lists, unsorted, the members that joined and left since
+// the rebalance opened.
+func (g *group) membersInOut(cur *rebalance) (in, out []string) {
+	in = []string{}
+	for _, mem := range g.sortedMembers() {
+		if mem.startSeq != cur.rec.Seq {
+			in = append(in, mem.id)
+		}
+	}
+	return in, append([]string{}, cur.out...)
 }
 
 // memberGone notes that mem left the group or was removed; lastHeard is
@@ -546,9 +584,12 @@ func (m *Machine) closeRebalance(g *group, outcome string) {
 		// starts afresh.
 		g.orphans = nil
 	}
+	if cur.done {
+		// It ended before whatever closes it now.
+		outcome = "stable"
+		m.cancel(TimerKey{Group: g.id, Kind: TimerHistory})
+	}
 	r := m.snapshot(g, cur, m.now, true)
-	end := msTime(m.now)
-	r.EndedAt = &end
 	r.Outcome = outcome
 	m.keepRebalance(g, &r)
 }
@@ -570,24 +611,29 @@ func (m *Machine) keepRebalance(g *group, rp *inspect.Rebalance) {
 }
 
 // snapshot is the record of a rebalance as it stands at now; final says
-// the rebalance is over, so the record may keep its lists.
+// it is being closed at now (with an outcome still to set), so the record
+// may keep its lists. One that is done is shown as it ended.
 func (m *Machine) snapshot(g *group, cur *rebalance, now time.Time, final bool) inspect.Rebalance {
 	r := cur.rec
+	if cur.done {
+		now = cur.endedAt
+		r.MembersIn, r.MembersOut = slices.Clone(cur.membersIn), slices.Clone(cur.membersOut)
+		if final {
+			r.MembersIn, r.MembersOut = cur.membersIn, cur.membersOut
+		}
+		r.Outcome = "stable"
+	} else {
+		r.GenerationAfter = g.generation
+		r.MembersIn, r.MembersOut = g.membersInOut(cur)
+	}
+	if final || cur.done {
+		end := msTime(now)
+		r.EndedAt = &end
+	}
 	r.DurationMs = max(msTime(now).Sub(r.StartedAt).Milliseconds(), 0)
-	r.GenerationAfter = g.generation
-	r.MembersIn, r.MembersOut = make([]string, 0, max(len(g.members)-len(cur.startMembers), 0)), []string{}
-	for id := range g.members {
-		if !cur.startMembers[id] {
-			r.MembersIn = append(r.MembersIn, id)
-		}
-	}
-	for id := range cur.startMembers {
-		if _, ok := g.members[id]; !ok {
-			r.MembersOut = append(r.MembersOut, id)
-		}
-	}
 	slices.Sort(r.MembersIn)
 	slices.Sort(r.MembersOut)
+	r.MembersOut = slices.Compact(r.MembersOut)
 	if !final {
 		r.Moved = slices.Clone(r.Moved)
 	}

@@ -81,6 +81,9 @@ const (
 	TimerJoin = core.TimerJoin
 	// TimerSync removes members that did not send SyncGroup (KAFKA-12890).
 	TimerSync = core.TimerSync
+	// TimerHistory keeps the record of a rebalance that has ended, in a
+	// step of its own (history.go).
+	TimerHistory = core.TimerHistory
 )
 
 // TimerKey identifies a deadline. It is comparable so the caller can keep it
@@ -339,6 +342,7 @@ func (g *group) remove(id string) {
 		delete(g.members, id)
 		m.gone = true
 		g.gaps++
+		g.leftDuringRebalance(m)
 		g.countMember(m, -1)
 		if m.instanceID != "" && g.static[m.instanceID] == id {
 			delete(g.static, m.instanceID)
@@ -379,6 +383,7 @@ func (g *group) replaceMember(old, mem *member) {
 	order[i] = mem
 	g.order = order
 	old.gone = true
+	g.leftDuringRebalance(old)
 }
 
 // countMember adds (d = 1) or removes (d = -1) a member's share of the
@@ -806,6 +811,10 @@ func (m *Machine) timer(k TimerKey) {
 		}
 	case TimerSync:
 		m.onSyncExpired(g)
+	case TimerHistory:
+		if g.cur != nil && g.cur.done {
+			m.closeRebalance(g, "stable")
+		}
 	}
 }
 
@@ -841,6 +850,10 @@ func (m *Machine) unload() {
 // removeGroup drops a deleted or expired group. Its timers and its
 // rebalance history go with it.
 func (m *Machine) removeGroup(g *group) {
+	if g.cur != nil && g.cur.done {
+		// Kept (and observed) before it is tombstoned with the rest.
+		m.closeRebalance(g, "stable")
+	}
 	m.dropHistory(g)
 	g.transition(m.now, Dead)
 	delete(m.groups, g.id)

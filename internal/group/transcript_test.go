@@ -45,6 +45,9 @@ type harness struct {
 	buf    *bytes.Buffer
 	// topics is the metadata last given to the machine (topics).
 	topics []Topic
+	// holdHistory leaves due history deadlines to advance, instead of
+	// firing them after the step that set them (new hold-history).
+	holdHistory bool
 }
 
 func newHarness(cfg Config) *harness {
@@ -117,6 +120,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			cfg.InitialRebalanceDelay = -1
 		}
 		*h = *newHarness(cfg)
+		h.holdHistory = has("hold-history")
 		return "ok"
 
 	case "join":
@@ -513,7 +517,28 @@ func (h *harness) send(client string, req kmsg.Request) string {
 	if parked {
 		fmt.Fprintf(h.buf, "#%d %s v%d parked\n", id, kmsg.NameForKey(req.Key()), req.GetVersion())
 	}
+	h.fireHistory()
 	return h.result()
+}
+
+// fireHistory fires the history deadlines that are due, as the
+// coordinator queues a deadline that is due as soon as it learns of it:
+// the rebalance a step ended is recorded by the step after it.
+func (h *harness) fireHistory() {
+	if h.holdHistory {
+		return
+	}
+	var due []TimerKey
+	for k, d := range h.timers {
+		if k.Kind == TimerHistory && !d.After(h.now) {
+			due = append(due, k)
+		}
+	}
+	core.SortTimerKeys(due)
+	for _, k := range due {
+		fmt.Fprintf(h.buf, "fire %s @%d\n", k, ms(h.now))
+		h.applyNoT(h.m.Step(h.now, Timer{Key: k}))
+	}
 }
 
 func (h *harness) apply(t *testing.T, out Output) { h.applyNoT(out) }

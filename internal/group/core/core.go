@@ -63,6 +63,10 @@ const (
 	// TimerClassicSync fences a classic member of a consumer group that
 	// did not send SyncGroup within its rebalance timeout after joining.
 	TimerClassicSync
+	// TimerHistory is due as soon as a classic group's rebalance has
+	// ended: its step builds and keeps the rebalance's record, after the
+	// replies that ended it are on their way.
+	TimerHistory
 )
 
 func (k TimerKind) String() string {
@@ -83,6 +87,8 @@ func (k TimerKind) String() string {
 		return "classic-join"
 	case TimerClassicSync:
 		return "classic-sync"
+	case TimerHistory:
+		return "history"
 	}
 	return fmt.Sprintf("TimerKind(%d)", uint8(k))
 }
