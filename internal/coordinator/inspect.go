@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -149,6 +150,9 @@ func (s *shard) finishRebalances(rs []*inspect.Rebalance) {
 
 // logRebalance writes the one line per finished rebalance.
 func (s *shard) logRebalance(r *inspect.Rebalance) {
+	if !s.log.Enabled(context.Background(), slog.LevelInfo) {
+		return // its attributes walk every moved partition
+	}
 	member, client := "", ""
 	if r.Member != nil {
 		member, client = r.Member.MemberID, r.Member.ClientID
