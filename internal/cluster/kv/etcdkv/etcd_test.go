@@ -87,6 +87,7 @@ func runConformance(t *testing.T, endpoint string) {
 				return b.Compact(ctx, rev)
 			},
 			CutA:    p.cut,
+			HealA:   p.heal,
 			TTL:     testTTL,
 			Timeout: 15 * time.Second,
 		}
@@ -198,7 +199,7 @@ func freeURL(t *testing.T) url.URL {
 	return url.URL{Scheme: "http", Host: addr}
 }
 
-// proxy forwards TCP connections to etcd until it is cut: then it closes
+// proxy forwards TCP connections to etcd; while it is cut, it closes
 // every connection and every new one at once, as a network that refuses a
 // node would.
 type proxy struct {
@@ -263,6 +264,12 @@ func pipe(dst, src net.Conn) {
 	io.Copy(dst, src)
 	dst.Close()
 	src.Close()
+}
+
+func (p *proxy) heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.isCut = false
 }
 
 func (p *proxy) cut() {

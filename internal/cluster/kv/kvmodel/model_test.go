@@ -36,6 +36,7 @@ func TestConformance(t *testing.T) {
 					Wait:    clk.Advance,
 					Compact: m.Compact,
 					CutA:    func() { m.SetFault("a", cut) },
+					HealA:   func() { m.SetFault("a", kvmodel.Healthy) },
 					TTL:     9 * time.Second,
 					Timeout: time.Minute,
 				}

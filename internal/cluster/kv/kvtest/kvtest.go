@@ -34,9 +34,8 @@ type Env struct {
 	// Compact compacts the store's history before rev.
 	Compact func(rev int64) error
 	// CutA cuts client A off the store: its calls and keep-alives fail or
-	// hang from now on, as in a network partition. The test does not use
-	// A again.
-	CutA func()
+	// hang from now on, as in a network partition. HealA ends the cut.
+	CutA, HealA func()
 	// TTL is the lease TTL the tests ask for: short on etcd (it costs real
 	// time), longer in virtual time.
 	TTL time.Duration
@@ -65,6 +64,7 @@ func Run(t *testing.T, f Factory) {
 		{"WatchFromPast", testWatchFromPast},
 		{"WatchAfterCompaction", testWatchAfterCompaction},
 		{"WatchCancel", testWatchCancel},
+		{"WatchResumesAfterCut", testWatchResumes},
 		{"LeaseRevoke", testLeaseRevoke},
 		{"PutDetachesLease", testPutDetachesLease},
 		{"LeaseKeepAliveDeadline", testKeepAliveDeadline},

@@ -266,6 +266,21 @@ func testWatchCancel(t *testing.T, e *Env) {
 	}
 }
 
+// testWatchResumes: a watch whose client was cut off for a while
+// delivers, once the cut heals, what changed meanwhile, without a gap.
+func testWatchResumes(t *testing.T, e *Env) {
+	ctx, k := ctxFor(t, e), e.Prefix+"k"
+	r1 := put(t, e.B, ctx, k, "1")
+	w := e.A.Watch(ctxFor(t, e), e.Prefix, r1)
+	wantEvent(t, awaitEvent(t, e, w), r1, pput(k, "1", r1, r1))
+	e.CutA()
+	r2 := put(t, e.B, ctx, k, "2")
+	r3 := put(t, e.B, ctx, k, "3")
+	e.HealA()
+	wantEvent(t, awaitEvent(t, e, w), r2, pput(k, "2", r1, r2))
+	wantEvent(t, awaitEvent(t, e, w), r3, pput(k, "3", r1, r3))
+}
+
 // testLeaseRevoke: revoking a lease deletes its keys in one revision, and
 // only its keys; Done closes first.
 func testLeaseRevoke(t *testing.T, e *Env) {
