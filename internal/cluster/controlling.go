@@ -1,0 +1,185 @@
+package cluster
+
+import (
+	"context"
+
+	"github.com/groupd/groupd/internal/cluster/controller"
+	"github.com/groupd/groupd/internal/cluster/kv"
+	"github.com/groupd/groupd/internal/cluster/meta"
+	"github.com/groupd/groupd/internal/cluster/view"
+)
+
+// controllerLoop campaigns for the controller key whenever the cluster has
+// no controller, and while this node holds it, writes the controller's
+// decisions on every new view.
+func (n *Node) controllerLoop() {
+	changed := n.Subscribe()
+	var (
+		mine       int64 // create revision of our controller key, 0 if not ours
+		epoch      int32
+		rebalance  = make(chan struct{}, 1)
+		stopTicker func() bool
+		due        bool
+	)
+	tick := func() {
+		stopTicker = n.cfg.Clock.AfterFunc(n.cfg.LeaderImbalanceCheckInterval, func() {
+			select {
+			case rebalance <- struct{}{}:
+			default:
+			}
+		})
+	}
+	defer func() {
+		if stopTicker != nil {
+			stopTicker()
+		}
+	}()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-changed:
+		case <-rebalance:
+			due = true
+			tick()
+		}
+		v := n.View()
+		lease := n.leaseID()
+		switch {
+		case lease == 0:
+			mine = 0
+			continue
+		case v.Controller == nil:
+			mine, epoch = n.campaign(v, lease)
+			if mine != 0 && n.cfg.AutoLeaderRebalance && stopTicker == nil {
+				tick()
+			}
+			continue
+		case v.Controller.NodeID != n.cfg.NodeID || v.Controller.CreateRevision != mine:
+			if mine != 0 {
+				n.log.Info("no longer the controller", "controller", v.Controller.NodeID)
+			}
+			mine = 0
+			continue
+		}
+		if n.decide(v, mine, epoch, due) {
+			due = false
+		}
+	}
+}
+
+// campaign tries to create the controller key under the node's lease, with
+// the next controller epoch. It returns the key's create revision and the
+// epoch if it won.
+func (n *Node) campaign(v *view.View, lease kv.LeaseID) (int64, int32) {
+	epoch := v.ControllerEpoch + 1
+	cdata, err := meta.Controller{NodeID: n.cfg.NodeID, Epoch: epoch}.Encode()
+	if err != nil {
+		n.fail(err)
+		return 0, 0
+	}
+	edata, err := meta.ControllerEpoch{Epoch: epoch}.Encode()
+	if err != nil {
+		n.fail(err)
+		return 0, 0
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.SessionTimeout)
+	defer cancel()
+	ok, rev, err := n.cfg.KV.Txn(ctx,
+		[]kv.Cond{kv.Absent(n.keys.Controller()), kv.ModRevisionIs(n.keys.ControllerEpoch(), v.ControllerEpochRevision)},
+		[]kv.Op{kv.Put(n.keys.Controller(), cdata, lease), kv.Put(n.keys.ControllerEpoch(), edata, 0)})
+	if err != nil {
+		n.log.Warn("campaigning to be the controller", "err", err)
+		return 0, 0
+	}
+	if !ok {
+		return 0, 0 // another node won, or the view is stale: the watch tells
+	}
+	n.log.Info("elected controller", "controller_epoch", epoch)
+	return rev, epoch
+}
+
+// decide writes the controller's decisions on v, each conditioned on the
+// node still holding the controller key it created at mine and on the
+// partition's state being the one decided on. It reports whether the
+// decisions were taken (a preferred-leader check that was due is done).
+func (n *Node) decide(v *view.View, mine int64, epoch int32, due bool) bool {
+	cv := controllerView(v, n.cfg.AutoLeaderRebalance, due)
+	for _, w := range controller.Decide(cv) {
+		tp := view.TP{Topic: meta.ID(w.TP.Topic), Partition: w.TP.Partition}
+		st := meta.PartitionState{Leader: w.State.Leader, LeaderEpoch: w.State.LeaderEpoch, ISR: w.State.ISR,
+			PartitionEpoch: w.State.PartitionEpoch, ControllerEpoch: epoch}
+		data, err := st.Encode()
+		if err != nil {
+			n.log.Error("a controller decision does not encode; skipped", "err", err, "reason", w.Reason)
+			continue
+		}
+		conds := []kv.Cond{kv.CreateRevisionIs(n.keys.Controller(), mine), kv.ModRevisionIs(n.keys.Partition(tp.Topic, tp.Partition), w.ExpectRevision)}
+		ops := []kv.Op{kv.Put(n.keys.Partition(tp.Topic, tp.Partition), data, 0)}
+		if w.Replicas != nil {
+			t, ok := v.TopicByID(tp.Topic)
+			if !ok {
+				continue
+			}
+			nt := t.Topic
+			nt.Partitions = append([][]int32(nil), nt.Partitions...)
+			nt.Partitions[tp.Partition] = w.Replicas
+			tdata, err := nt.Encode()
+			if err != nil {
+				n.log.Error("a reassignment does not encode; skipped", "err", err)
+				continue
+			}
+			conds = append(conds, kv.ModRevisionIs(n.keys.Topic(t.Name), t.Revision))
+			ops = append(ops, kv.Put(n.keys.Topic(t.Name), tdata, 0))
+			if w.Finished {
+				ops = append(ops, kv.Delete(n.keys.Reassignment(tp.Topic, tp.Partition)))
+			}
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.SessionTimeout)
+		ok, _, err := n.cfg.KV.Txn(ctx, conds, ops)
+		cancel()
+		switch {
+		case err != nil:
+			n.log.Warn("writing a controller decision", "err", err, "reason", w.Reason)
+			return false
+		case ok:
+			n.log.Info("controller decision", "reason", w.Reason, "topic", tp.Topic.String(), "partition", tp.Partition,
+				"leader", st.Leader, "leader_epoch", st.LeaderEpoch, "isr", st.ISR)
+		}
+		// Refused: the state moved on; the next view decides again.
+	}
+	return true
+}
+
+// controllerView is the controller's view of v.
+func controllerView(v *view.View, autoRebalance, due bool) controller.View {
+	cv := controller.View{
+		Alive:               map[int32]string{},
+		ShuttingDown:        map[int32]bool{},
+		States:              map[controller.TP]controller.PartitionState{},
+		Reassign:            map[controller.TP]controller.Reassignment{},
+		AutoLeaderRebalance: autoRebalance,
+		RebalanceDue:        due,
+	}
+	for id, ni := range v.Nodes {
+		cv.Alive[id] = ni.Rack
+	}
+	for id, s := range v.Shutdowns {
+		if ni, ok := v.Nodes[id]; ok && ni.Incarnation == s.Incarnation {
+			cv.ShuttingDown[id] = true
+		}
+	}
+	for _, t := range v.Topics {
+		cv.Topics = append(cv.Topics, controller.Topic{ID: controller.TopicID(t.ID), Name: t.Name, Replicas: t.Partitions,
+			UncleanLeaderElection: t.Configs["unclean.leader.election.enable"] == "true"})
+	}
+	for tp, s := range v.States {
+		cv.States[controller.TP{Topic: controller.TopicID(tp.Topic), Partition: tp.Partition}] = controller.PartitionState{
+			Leader: s.Leader, LeaderEpoch: s.LeaderEpoch, ISR: s.ISR, PartitionEpoch: s.PartitionEpoch, Revision: s.Revision}
+	}
+	for tp, r := range v.Reassignments {
+		cv.Reassign[controller.TP{Topic: controller.TopicID(tp.Topic), Partition: tp.Partition}] = controller.Reassignment{Target: r.Target}
+	}
+	return cv
+}
+

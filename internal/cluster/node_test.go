@@ -1,0 +1,193 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/groupd/groupd/internal/cluster/kv"
+	"github.com/groupd/groupd/internal/cluster/kv/kvmodel"
+	"github.com/groupd/groupd/internal/cluster/meta"
+	"github.com/groupd/groupd/internal/cluster/view"
+	"github.com/groupd/groupd/internal/coordinator/clocktest"
+)
+
+// hangGuard bounds every wait in real time; nothing waits for time to pass.
+const hangGuard = 10 * time.Second
+
+type testCluster struct {
+	t     *testing.T
+	clock *clocktest.Clock
+	model *kvmodel.Model
+	nodes map[int32]*Node
+	// cut are the nodes cut off from etcd, whose views are stale.
+	cut map[int32]bool
+}
+
+func newTestCluster(t *testing.T) *testCluster {
+	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	return &testCluster{t: t, clock: clock, model: kvmodel.New(clock, kvmodel.Options{}), nodes: map[int32]*Node{}, cut: map[int32]bool{}}
+}
+
+func (c *testCluster) client(id int32) string { return fmt.Sprintf("node-%d", id) }
+
+// setCut cuts node id off from etcd, or heals it.
+func (c *testCluster) setCut(id int32, cut bool) {
+	f := kvmodel.Healthy
+	if cut {
+		f = kvmodel.FailCalls
+	}
+	c.cut[id] = cut
+	c.model.SetFault(c.client(id), f)
+}
+
+func (c *testCluster) start(id int32) *Node {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	n, err := Start(ctx, Config{NodeID: id, Host: "127.0.0.1", Port: 9000 + id, Prefix: "/groupd/test/",
+		KV: c.model.Client(c.client(id)), Clock: c.clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		SessionTimeout: 9 * time.Second})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { n.cancel(); n.wg.Wait() })
+	c.nodes[id] = n
+	return n
+}
+
+// eventually waits, in real time, until every node's view satisfies cond.
+func (c *testCluster) eventually(what string, cond func(v *view.View) bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(hangGuard)
+	for {
+		ok := true
+		for id, n := range c.nodes {
+			if !c.cut[id] && n.ctx.Err() == nil && !cond(n.View()) {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("never: %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// advance moves the virtual clock in small steps, letting the nodes'
+// goroutines act between them.
+func (c *testCluster) advance(d time.Duration) {
+	for step := 250 * time.Millisecond; d > 0; d -= step {
+		c.clock.Advance(min(step, d))
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (c *testCluster) createTopic(name string, id meta.ID, replicas [][]int32) {
+	c.t.Helper()
+	kvc := c.model.Client("admin")
+	keys := meta.NewKeys("/groupd/test/")
+	data, err := meta.Topic{Name: name, ID: id, Partitions: replicas}.Encode()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx := context.Background()
+	if ok, _, err := kvc.Txn(ctx, nil, []kv.Op{kv.Put(keys.Topic(name), data, 0)}); err != nil || !ok {
+		c.t.Fatal(err)
+	}
+	for p, rs := range replicas {
+		st, err := meta.PartitionState{Leader: rs[0], ISR: rs}.Encode()
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if ok, _, err := kvc.Txn(ctx, nil, []kv.Op{kv.Put(keys.Partition(id, int32(p)), st, 0)}); err != nil || !ok {
+			c.t.Fatal(err)
+		}
+	}
+}
+
+// Three nodes register, one is elected controller; when a node is cut off
+// from etcd past its session, etcd expires it, and the controller moves the
+// leadership of its partitions to the next in-sync replica with the leader
+// epoch bumped. The node cut off stops holding its lease before etcd can
+// have expired it, and registers again as a new incarnation once it can
+// reach etcd.
+func TestControllerElectsNewLeaderWhenANodeIsCutOff(t *testing.T) {
+	c := newTestCluster(t)
+	for id := int32(1); id <= 3; id++ {
+		c.start(id)
+	}
+	c.eventually("every node sees three nodes and a controller", func(v *view.View) bool {
+		return len(v.Nodes) == 3 && v.Controller != nil
+	})
+	tid := meta.ID{9}
+	c.createTopic("orders", tid, [][]int32{{2, 3, 1}, {3, 1, 2}})
+	tp := view.TP{Topic: tid, Partition: 0}
+	c.eventually("the topic's states", func(v *view.View) bool { return v.States[tp].Leader == 2 })
+	before := c.nodes[2].incarnation()
+
+	c.setCut(2, true)
+	deadline := c.nodes[2].LeaseDeadline()
+	c.advance(12 * time.Second)
+	if c.nodes[2].LeaseDeadline().After(deadline) {
+		t.Fatal("the node cut off from etcd renewed its lease")
+	}
+	c.eventually("partition 0 led by node 3 at epoch 1, node 2 out of its ISR", func(v *view.View) bool {
+		s := v.States[tp]
+		return s.Leader == 3 && s.LeaderEpoch == 1 && !contains(s.ISR, 2) && !v.Alive(2)
+	})
+
+	c.setCut(2, false)
+	c.advance(3 * time.Second)
+	c.eventually("node 2 back as a new incarnation", func(v *view.View) bool {
+		return v.Alive(2) && v.Nodes[2].Incarnation != before
+	})
+	if s := c.nodes[1].View().States[tp]; s.Leader != 3 || s.LeaderEpoch != 1 {
+		t.Fatalf("partition 0 after node 2 came back: %+v", s)
+	}
+}
+
+// When the controller itself is cut off, another node takes over the
+// controller key at the next controller epoch and goes on deciding.
+func TestControllerFailover(t *testing.T) {
+	c := newTestCluster(t)
+	for id := int32(1); id <= 3; id++ {
+		c.start(id)
+	}
+	c.eventually("a controller", func(v *view.View) bool { return len(v.Nodes) == 3 && v.Controller != nil })
+	first := c.nodes[1].View().Controller.Controller
+	c.setCut(first.NodeID, true)
+	c.advance(12 * time.Second)
+	c.eventually("another controller at the next epoch", func(v *view.View) bool {
+		return v.Controller != nil && v.Controller.NodeID != first.NodeID && v.Controller.Epoch == first.Epoch+1
+	})
+	// It decides: the old controller's partition moves.
+	tid := meta.ID{3}
+	c.createTopic("t", tid, [][]int32{{first.NodeID, 1 + first.NodeID%3}})
+	c.eventually("the partition of the node cut off moves", func(v *view.View) bool {
+		s := v.States[view.TP{Topic: tid}]
+		return s.Leader == 1+first.NodeID%3 && s.LeaderEpoch == 1
+	})
+}
+
+func contains(s []int32, x int32) bool {
+	for _, y := range s {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func (n *Node) incarnation() meta.ID {
+	if h := n.lease.Load(); h != nil {
+		return h.incarnation
+	}
+	return meta.ID{}
+}
