@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"runtime"
 )
 
 // HeaderLen is the size of the fixed record batch header.
@@ -263,7 +264,45 @@ func ComputeCRC(b []byte) uint32 {
 	if len(b) < offAttributes {
 		return 0
 	}
-	return crc32.Checksum(b[offAttributes:], castagnoli)
+	return checksum(b[offAttributes:])
+}
+
+// crcChunk is how much of a large input checksum brings into the cache
+// before summing it.
+const crcChunk = 64 << 10
+
+// checksum is the CRC-32C of b. A produced batch is usually out of the
+// cache when it is checked (a request's frame is megabytes), and the
+// CRC instructions, each waiting on the last, keep few cache misses in
+// flight: on such input the checksum runs at about half the speed memory
+// delivers. So a large input is summed a chunk at a time, after a loop
+// of independent loads, one per cache line, has brought the chunk in,
+// which memory serves at full speed. That is about a third faster on
+// input out of the cache (BenchmarkChecksum) and costs a few percent on
+// input in it.
+func checksum(b []byte) uint32 {
+	if len(b) < 2*crcChunk {
+		return crc32.Checksum(b, castagnoli)
+	}
+	var crc uint32
+	var sum byte
+	for len(b) > 0 {
+		n := min(crcChunk, len(b))
+		sum += touch(b[:n])
+		crc = crc32.Update(crc, castagnoli, b[:n])
+		b = b[n:]
+	}
+	runtime.KeepAlive(sum) // the loads are the point
+	return crc
+}
+
+// touch loads one byte of each 64-byte cache line of b.
+func touch(b []byte) byte {
+	var s byte
+	for i := 0; i < len(b); i += 64 {
+		s += b[i]
+	}
+	return s
 }
 
 // VerifyCRC checks the batch's CRC-32C field against its contents. b must
