@@ -310,6 +310,9 @@ func (g *group) memberOrCreate(id string) *member {
 		mem = newMember(id)
 		g.members[id] = mem
 		g.countReconciled(mem, 1)
+		if g.current != nil {
+			g.current.memberCame(id)
+		}
 	}
 	return mem
 }
@@ -335,6 +338,9 @@ func (g *group) dropIfGone(mem *member) {
 	}
 	g.countReconciled(mem, -1)
 	delete(g.members, mem.id)
+	if g.current != nil {
+		g.current.memberWent(mem.id)
+	}
 }
 
 // setMeta replaces a member's metadata (nil: the record was deleted) and

@@ -35,11 +35,41 @@ type rebalance struct {
 	start, end    time.Time
 	trigger       string
 	member        *inspect.MemberRef
-	startMembers  map[string]bool
-	moves         []inspect.Move
-	waits         map[string]time.Duration
-	outcome       string
-	in, out       []string
+	// came and went are the members present now and not at the start,
+	// and the other way round, kept as members come and go (see
+	// memberCame), so that a bump in a large group copies no list of
+	// its members. nil while empty.
+	came, went map[string]bool
+	moves      []inspect.Move
+	waits      map[string]time.Duration
+	outcome    string
+	in, out    []string
+}
+
+// memberCame notes a member added to the group while the rebalance is
+// open: one that was there at the start and went comes back.
+func (r *rebalance) memberCame(id string) {
+	if r.went[id] {
+		delete(r.went, id)
+		return
+	}
+	if r.came == nil {
+		r.came = map[string]bool{}
+	}
+	r.came[id] = true
+}
+
+// memberWent notes a member removed from the group while the rebalance is
+// open.
+func (r *rebalance) memberWent(id string) {
+	if r.came[id] {
+		delete(r.came, id)
+		return
+	}
+	if r.went == nil {
+		r.went = map[string]bool{}
+	}
+	r.went[id] = true
 }
 
 // setCause records why the coming epoch bump happens, for its rebalance
@@ -65,25 +95,26 @@ func (m *Machine) openRebalance(g *group, before int32) {
 	}
 	c := m.pending
 	r := &rebalance{
-		before:       before,
-		after:        g.epoch,
-		start:        m.now,
-		trigger:      c.trigger,
-		member:       memberRef(c.member),
-		startMembers: make(map[string]bool, len(g.members)+1),
-		waits:        map[string]time.Duration{},
-	}
-	for id := range g.members {
-		r.startMembers[id] = true
+		before:  before,
+		after:   g.epoch,
+		start:   m.now,
+		trigger: c.trigger,
+		member:  memberRef(c.member),
+		// Every member is likely to be waited for.
+		waits: make(map[string]time.Duration, len(g.members)),
 	}
 	if c.member != nil {
 		switch c.trigger {
 		case triggerMemberJoined:
 			// The newcomer was added just before the bump.
-			delete(r.startMembers, c.member.id)
+			if g.members[c.member.id] != nil {
+				r.memberCame(c.member.id)
+			}
 		case triggerMemberLeft, triggerSessionTimeout, triggerRebalanceTimeout:
 			// The leaver was removed just before the bump.
-			r.startMembers[c.member.id] = true
+			if g.members[c.member.id] == nil {
+				r.memberWent(c.member.id)
+			}
 		}
 	}
 	if r.trigger == "" {
@@ -156,7 +187,7 @@ func (m *Machine) maybeCloseRebalance(g *group) {
 func (m *Machine) closeRebalance(g *group, outcome string) {
 	r := g.current
 	r.end, r.outcome = m.now, outcome
-	r.in, r.out = r.membersInOut(g)
+	r.in, r.out = r.membersInOut()
 	if outcome != "restarted" {
 		// Partitions given up that nobody took: their topic went away or
 		// nobody subscribes to it any more.
@@ -205,25 +236,21 @@ func (m *Machine) InProgress(groupID string, now time.Time) (inspect.Rebalance, 
 		return inspect.Rebalance{}, false
 	}
 	r := *g.current
-	r.in, r.out = r.membersInOut(g)
+	r.in, r.out = r.membersInOut()
 	return r.view(groupID, now), true
 }
 
 // membersInOut compares the members now with those at the start.
-func (r *rebalance) membersInOut(g *group) (in, out []string) {
-	for id := range g.members {
-		if !r.startMembers[id] {
-			in = append(in, id)
-		}
+func (r *rebalance) membersInOut() (in, out []string) {
+	return sortedSet(r.came), sortedSet(r.went)
+}
+
+// sortedSet returns a set's members sorted, nil for none.
+func sortedSet(s map[string]bool) []string {
+	if len(s) == 0 {
+		return nil
 	}
-	for id := range r.startMembers {
-		if _, ok := g.members[id]; !ok {
-			out = append(out, id)
-		}
-	}
-	slices.Sort(in)
-	slices.Sort(out)
-	return in, out
+	return sortedKeys(s)
 }
 
 // view is the rebalance as the history shows it; one in progress lasts
@@ -249,18 +276,7 @@ func (r *rebalance) view(groupID string, now time.Time) inspect.Rebalance {
 	} else {
 		v.DurationMs = max(now.Sub(r.start).Milliseconds(), 0)
 	}
-	for id, d := range r.waits {
-		v.WaitedFor = append(v.WaitedFor, inspect.Wait{Member: id, WaitedMs: d.Milliseconds(), Rejoined: true})
-	}
-	slices.SortFunc(v.WaitedFor, func(a, b inspect.Wait) int {
-		if c := cmp.Compare(b.WaitedMs, a.WaitedMs); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Member, b.Member)
-	})
-	if len(v.WaitedFor) > inspect.MaxWaits {
-		v.WaitedFor = slices.Clip(v.WaitedFor[:inspect.MaxWaits])
-	}
+	v.WaitedFor = longestWaits(r.waits, inspect.MaxWaits)
 	if v.MembersIn == nil {
 		v.MembersIn = []string{}
 	}
@@ -271,4 +287,33 @@ func (r *rebalance) view(groupID string, now time.Time) inspect.Rebalance {
 		v.Moved = []inspect.Move{}
 	}
 	return v
+}
+
+// longestWaits returns the n longest waits, longest first and ties by
+// member id, without sorting them all: a rebalance of a large group waits
+// for every member.
+func longestWaits(waits map[string]time.Duration, n int) []inspect.Wait {
+	if len(waits) == 0 {
+		return nil
+	}
+	before := func(a, b inspect.Wait) int {
+		if c := cmp.Compare(b.WaitedMs, a.WaitedMs); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Member, b.Member)
+	}
+	out := make([]inspect.Wait, 0, min(len(waits), n))
+	for id, d := range waits {
+		w := inspect.Wait{Member: id, WaitedMs: d.Milliseconds(), Rejoined: true}
+		if len(out) == n && before(w, out[n-1]) >= 0 {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(out, w, before)
+		if len(out) < n {
+			out = append(out, inspect.Wait{})
+		}
+		copy(out[i+1:], out[i:len(out)-1])
+		out[i] = w
+	}
+	return out
 }
