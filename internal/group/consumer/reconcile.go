@@ -144,6 +144,16 @@ func (r *reconciler) subscribed(id TopicID) bool {
 // to assign = target − assigned − partitions another member still holds.
 func (r *reconciler) computeNext(memberEpoch int32) current {
 	cur := r.mem.current()
+	if r.keepsAll(cur.assigned) {
+		// The target is what the member holds, the common case of an
+		// epoch bump in a large group: the member moves to the target
+		// epoch with its partitions and their epochs as they are, and
+		// nothing is pending. This is what the general case below
+		// computes, without building the sets again.
+		next := cur.withEpoch(r.targetEpoch)
+		next.state, next.pending = MemberStable, nil
+		return next
+	}
 	assigned := newPartBuilder(true)
 	pending := newPartBuilder(true)
 	toAssign := newPartBuilder(true)
@@ -200,6 +210,21 @@ func (r *reconciler) computeNext(memberEpoch int32) current {
 		next.assigned, next.pending = newAssigned, nil
 		return next
 	}
+}
+
+// keepsAll reports whether the member's target is exactly the partitions
+// it holds (with their assignment epochs), every topic of it subscribed:
+// then the member keeps them all, gives up none and is given none.
+func (r *reconciler) keepsAll(held partSet) bool {
+	if !r.target.samePartitions(held) {
+		return false
+	}
+	for i, t := range held {
+		if len(t.epochs) != len(t.parts) || !r.subscribed(r.target[i].id) {
+			return false
+		}
+	}
+	return true
 }
 
 // dropUnsubscribed is CurrentAssignmentBuilder.updateCurrentAssignment:
