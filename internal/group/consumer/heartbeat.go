@@ -180,33 +180,13 @@ func (m *Machine) memberHeartbeat(r Request, req *kmsg.ConsumerGroupHeartbeatReq
 	}
 
 	// The member's metadata after this request: null fields keep their
-	// value.
-	prev := priorMeta(mem, replaced, memberID)
-	upd := prev
-	if req.InstanceID != nil {
-		upd.instanceID = *req.InstanceID
+	// value. Most heartbeats change none of it, and skip building it.
+	unchanged := mem != nil && replaced == nil && metaUnchanged(r, req, &mem.meta)
+	var prev, upd memberMeta
+	var namesChanged, regexChanged bool
+	if !unchanged {
+		prev, upd, namesChanged, regexChanged = nextMeta(r, req, mem, replaced, memberID)
 	}
-	if req.RackID != nil {
-		upd.rackID = *req.RackID
-	}
-	if req.RebalanceTimeoutMillis != -1 {
-		upd.rebalanceTimeout = req.RebalanceTimeoutMillis
-	}
-	if req.ServerAssignor != nil {
-		upd.serverAssignor = *req.ServerAssignor
-	}
-	if req.SubscribedTopicNames != nil {
-		upd.names = sortedNames(req.SubscribedTopicNames)
-	}
-	if re := regex(req); re != nil {
-		upd.regex = *re
-	}
-	upd.clientID, upd.clientHost = r.ClientID, r.ClientHost
-	// A member heartbeating speaks the consumer protocol, whatever the
-	// member it replaces spoke.
-	upd.classic = nil
-	namesChanged := !slices.Equal(prev.names, upd.names)
-	regexChanged := prev.regex != upd.regex
 
 	// A regex new to the group must compile (Kafka checks it only then:
 	// one already in use was checked when it arrived).
@@ -224,7 +204,10 @@ func (m *Machine) memberHeartbeat(r Request, req *kmsg.ConsumerGroupHeartbeatReq
 	if m.groups[g.id] == nil {
 		m.groups[g.id] = g
 	}
-	mem, trigger := m.putMember(g, mem, replaced, memberID, &upd)
+	trigger := triggerSubscriptionChanged
+	if !unchanged {
+		mem, trigger = m.putMember(g, mem, replaced, memberID, &upd)
+	}
 	before := mem.current()
 	mem.lastHeartbeat = m.now
 
@@ -266,6 +249,51 @@ func (m *Machine) memberHeartbeat(r Request, req *kmsg.ConsumerGroupHeartbeatReq
 		resp.Assignment = assignmentOf(mem.assigned)
 	}
 	return nil
+}
+
+// metaUnchanged reports whether a heartbeat leaves a consumer-protocol
+// member's metadata as it is: every field it sends is the member's value
+// already (a null field keeps it), and it comes from the same client.
+// Subscribed topic names, which would need sorting to compare, must be
+// null.
+func metaUnchanged(r Request, req *kmsg.ConsumerGroupHeartbeatRequest, meta *memberMeta) bool {
+	return meta.classic == nil && meta.clientID == r.ClientID && meta.clientHost == r.ClientHost &&
+		req.SubscribedTopicNames == nil &&
+		(req.InstanceID == nil || *req.InstanceID == meta.instanceID) &&
+		(req.RackID == nil || *req.RackID == meta.rackID) &&
+		(req.RebalanceTimeoutMillis == -1 || req.RebalanceTimeoutMillis == meta.rebalanceTimeout) &&
+		(req.ServerAssignor == nil || *req.ServerAssignor == meta.serverAssignor) &&
+		(regex(req) == nil || *regex(req) == meta.regex)
+}
+
+// nextMeta returns a joining or heartbeating member's metadata before and
+// after its request, and whether its subscribed names and regex change.
+func nextMeta(r Request, req *kmsg.ConsumerGroupHeartbeatRequest, mem, replaced *member, memberID string) (prev, upd memberMeta, namesChanged, regexChanged bool) {
+	prev = priorMeta(mem, replaced, memberID)
+	upd = prev
+	if req.InstanceID != nil {
+		upd.instanceID = *req.InstanceID
+	}
+	if req.RackID != nil {
+		upd.rackID = *req.RackID
+	}
+	if req.RebalanceTimeoutMillis != -1 {
+		upd.rebalanceTimeout = req.RebalanceTimeoutMillis
+	}
+	if req.ServerAssignor != nil {
+		upd.serverAssignor = *req.ServerAssignor
+	}
+	if req.SubscribedTopicNames != nil {
+		upd.names = sortedNames(req.SubscribedTopicNames)
+	}
+	if re := regex(req); re != nil {
+		upd.regex = *re
+	}
+	upd.clientID, upd.clientHost = r.ClientID, r.ClientHost
+	// A member heartbeating speaks the consumer protocol, whatever the
+	// member it replaces spoke.
+	upd.classic = nil
+	return prev, upd, !slices.Equal(prev.names, upd.names), prev.regex != upd.regex
 }
 
 // priorMeta is a joining or heartbeating member's metadata before its
