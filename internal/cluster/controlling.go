@@ -49,6 +49,8 @@ func (n *Node) controllerLoop() {
 		case lease == 0:
 			mine = 0
 			continue
+		case v.Controller == nil && mine != 0 && v.Revision < mine:
+			continue // our key is not in the view yet
 		case v.Controller == nil:
 			mine, epoch = n.campaign(v, lease)
 			if mine != 0 && n.cfg.AutoLeaderRebalance && stopTicker == nil {
@@ -182,4 +184,3 @@ func controllerView(v *view.View, autoRebalance, due bool) controller.View {
 	}
 	return cv
 }
-

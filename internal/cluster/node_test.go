@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,7 +75,15 @@ func (c *testCluster) eventually(what string, cond func(v *view.View) bool) {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("never: %s", what)
+			var b strings.Builder
+			for id, n := range c.nodes {
+				v := n.View()
+				fmt.Fprintf(&b, "\nnode %d (cut %v): rev %d nodes %d controller %+v", id, c.cut[id], v.Revision, len(v.Nodes), v.Controller)
+				for tp, st := range v.States {
+					fmt.Fprintf(&b, "\n  %v/%d: %+v", tp.Topic.String()[:4], tp.Partition, st)
+				}
+			}
+			c.t.Fatalf("never: %s%s", what, b.String())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -83,9 +92,9 @@ func (c *testCluster) eventually(what string, cond func(v *view.View) bool) {
 // advance moves the virtual clock in small steps, letting the nodes'
 // goroutines act between them.
 func (c *testCluster) advance(d time.Duration) {
-	for step := 250 * time.Millisecond; d > 0; d -= step {
+	for step := 100 * time.Millisecond; d > 0; d -= step {
 		c.clock.Advance(min(step, d))
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(3 * time.Millisecond)
 	}
 }
 

@@ -331,10 +331,10 @@ func (m *Machine) upgrade(u Upgrade) {
 	m.replaying = false
 	for _, mem := range g.sortedMembers() {
 		mem.lastHeartbeat = m.now
-		m.schedule(TimerKey{Group: g.id, Kind: TimerSession, Member: mem.id}, m.sessionTimeout(mem))
+		m.schedule(g, mem, TimerSession, m.sessionTimeout(mem))
 		if mem.state == MemberUnrevokedPartitions {
 			mem.rebalanceEpoch = mem.epoch
-			m.schedule(TimerKey{Group: g.id, Kind: TimerRebalance, Member: mem.id},
+			m.schedule(g, mem, TimerRebalance,
 				time.Duration(max(mem.meta.rebalanceTimeout, 0))*time.Millisecond)
 		}
 	}
@@ -470,9 +470,8 @@ func (g *group) waitingOnUnreleased(mem *member) bool {
 // scheduleJoinTimeout gives a classic member told to rejoin its rebalance
 // timeout to do so, unless it already runs (Kafka's scheduleIfAbsent).
 func (m *Machine) scheduleJoinTimeout(g *group, mem *member) {
-	k := TimerKey{Group: g.id, Kind: TimerClassicJoin, Member: mem.id}
-	if _, ok := m.timers.Get(k); !ok {
-		m.schedule(k, time.Duration(max(mem.meta.rebalanceTimeout, 0))*time.Millisecond)
+	if !mem.armed(TimerClassicJoin) {
+		m.schedule(g, mem, TimerClassicJoin, time.Duration(max(mem.meta.rebalanceTimeout, 0))*time.Millisecond)
 	}
 }
 
@@ -599,9 +598,9 @@ func (m *Machine) classicJoin(r Request, req *kmsg.JoinGroupRequest) {
 	}
 	m.reconcile(g, mem, subscriptionChanged, owned)
 
-	m.cancel(TimerKey{Group: g.id, Kind: TimerClassicJoin, Member: mem.id})
-	m.schedule(TimerKey{Group: g.id, Kind: TimerSession, Member: mem.id}, m.sessionTimeout(mem))
-	m.schedule(TimerKey{Group: g.id, Kind: TimerClassicSync, Member: mem.id},
+	m.cancel(g, mem, TimerClassicJoin)
+	m.schedule(g, mem, TimerSession, m.sessionTimeout(mem))
+	m.schedule(g, mem, TimerClassicSync,
 		time.Duration(max(mem.meta.rebalanceTimeout, 0))*time.Millisecond)
 	resp.MemberID = mem.id
 	resp.Generation = mem.epoch
@@ -668,8 +667,8 @@ func (m *Machine) classicSync(r Request, req *kmsg.SyncGroupRequest) {
 		resp.ErrorCode = code
 		return
 	}
-	m.cancel(TimerKey{Group: g.id, Kind: TimerClassicSync, Member: mem.id})
-	m.schedule(TimerKey{Group: g.id, Kind: TimerSession, Member: mem.id}, m.sessionTimeout(mem))
+	m.cancel(g, mem, TimerClassicSync)
+	m.schedule(g, mem, TimerSession, m.sessionTimeout(mem))
 	mem.lastHeartbeat = m.now
 	resp.ProtocolType = req.ProtocolType
 	resp.Protocol = req.Protocol
@@ -690,7 +689,7 @@ func (m *Machine) classicHeartbeat(r Request, req *kmsg.HeartbeatRequest) {
 		resp.ErrorCode = code
 		return
 	}
-	m.schedule(TimerKey{Group: g.id, Kind: TimerSession, Member: mem.id}, m.sessionTimeout(mem))
+	m.schedule(g, mem, TimerSession, m.sessionTimeout(mem))
 	mem.lastHeartbeat = m.now
 	if g.mustRejoin(mem) {
 		m.scheduleJoinTimeout(g, mem)
@@ -739,7 +738,7 @@ func (m *Machine) classicLeave(r Request, req *kmsg.LeaveGroupRequest) {
 				m.setCause(cause{trigger: triggerMemberLeft, member: mem})
 			}
 			m.removeMember(g, mem)
-			m.cancelMemberTimers(g, mem.id)
+			m.cancelMemberTimers(g, mem)
 		}
 		resp.Members = append(resp.Members, res)
 	}
@@ -752,12 +751,6 @@ func (m *Machine) classicLeave(r Request, req *kmsg.LeaveGroupRequest) {
 	}
 }
 
-// cancelMemberTimers cancels every deadline of a member.
-func (m *Machine) cancelMemberTimers(g *group, id string) {
-	for _, k := range []TimerKind{TimerSession, TimerRebalance, TimerClassicJoin, TimerClassicSync} {
-		m.cancel(TimerKey{Group: g.id, Kind: k, Member: id})
-	}
-}
 
 // --- downgrade ---
 
@@ -869,7 +862,7 @@ func (m *Machine) dropConverted(g *group) {
 	}
 	m.emit(Record{Type: RecordGroupEpoch, Group: g.id})
 	m.replaying = false
-	m.timers.CancelGroup(g.id)
+	m.cancelGroupTimers(g)
 }
 
 // handOut notes a member id given with MEMBER_ID_REQUIRED, valid until

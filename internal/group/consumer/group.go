@@ -118,6 +118,9 @@ type member struct {
 
 	hasMeta, hasCurrent bool
 
+	// The member's deadlines (soft state, see timers.go).
+	timers memberTimers
+
 	// Soft state, not persisted.
 	lastHeartbeat  time.Time
 	rebalanceEpoch int32 // the epoch the rebalance deadline was set in
@@ -331,11 +334,12 @@ func (g *group) recountReconciled() {
 }
 
 // dropIfGone removes a member once its metadata and current assignment
-// records are both gone.
-func (g *group) dropIfGone(mem *member) {
+// records are both gone, with its deadlines.
+func (m *Machine) dropIfGone(g *group, mem *member) {
 	if mem.hasMeta || mem.hasCurrent {
 		return
 	}
+	cancelAllOf(m, g.id, mem)
 	g.countReconciled(mem, -1)
 	delete(g.members, mem.id)
 	if g.current != nil {
@@ -482,7 +486,7 @@ func (m *Machine) apply(r Record) error {
 		if r.MemberMetadata == nil {
 			if mem := g.members[r.Member]; mem != nil {
 				_ = m.setMeta(g, mem, nil) // a deletion cannot conflict
-				g.dropIfGone(mem)
+				m.dropIfGone(g, mem)
 				g.syncMember(r.Member)
 			}
 			break
@@ -501,7 +505,7 @@ func (m *Machine) apply(r Record) error {
 		}
 		mem := g.memberOrCreate(r.Member)
 		if err := m.setMeta(g, mem, &meta); err != nil {
-			g.dropIfGone(mem)
+			m.dropIfGone(g, mem)
 			return err
 		}
 		g.syncMember(r.Member)
@@ -533,7 +537,7 @@ func (m *Machine) apply(r Record) error {
 				return err
 			}
 			mem.hasCurrent = false
-			g.dropIfGone(mem)
+			m.dropIfGone(g, mem)
 			g.syncMember(r.Member)
 			m.touch(g)
 			break
@@ -559,5 +563,5 @@ func (m *Machine) apply(r Record) error {
 // dropGroup forgets a group and its deadlines.
 func (m *Machine) dropGroup(g *group) {
 	delete(m.groups, g.id)
-	m.timers.CancelGroup(g.id)
+	m.cancelGroupTimers(g)
 }

@@ -230,12 +230,12 @@ func (m *Machine) memberHeartbeat(r Request, req *kmsg.ConsumerGroupHeartbeatReq
 		m.computeTarget(g)
 	}
 	m.reconcile(g, mem, subscriptionChanged, o)
-	m.schedule(TimerKey{Group: g.id, Kind: TimerSession, Member: memberID}, m.cfg.SessionTimeout)
+	m.schedule(g, mem, TimerSession, m.cfg.SessionTimeout)
 	if prev.classic != nil {
 		// A classic member replaced by this one leaves no classic
 		// deadlines.
-		m.cancel(TimerKey{Group: g.id, Kind: TimerClassicJoin, Member: memberID})
-		m.cancel(TimerKey{Group: g.id, Kind: TimerClassicSync, Member: memberID})
+		m.cancel(g, mem, TimerClassicJoin)
+		m.cancel(g, mem, TimerClassicSync)
 	}
 
 	resp.MemberID = &mem.id
@@ -416,7 +416,7 @@ func (m *Machine) replaceStatic(g *group, old *member, newID string) {
 		g.assigner = nil
 	}
 	m.removeMember(g, old)
-	m.cancelMemberTimers(g, old.id)
+	m.cancelMemberTimers(g, old)
 	m.emit(memberMetadataRecord(g.id, newID, &meta))
 	m.emit(Record{Type: RecordTargetMember, Group: g.id, Member: newID, Target: &TargetAssignment{Partitions: fromPartSet(target)}})
 	m.emit(currentRecord(g.id, newID, cur))
@@ -448,12 +448,11 @@ func (m *Machine) reconcile(g *group, mem *member, subscriptionChanged bool, o o
 		return
 	}
 	m.emit(currentRecord(g.id, mem.id, next))
-	k := TimerKey{Group: g.id, Kind: TimerRebalance, Member: mem.id}
 	if next.state == MemberUnrevokedPartitions {
 		mem.rebalanceEpoch = next.epoch
-		m.schedule(k, time.Duration(max(mem.meta.rebalanceTimeout, 0))*time.Millisecond)
+		m.schedule(g, mem, TimerRebalance, time.Duration(max(mem.meta.rebalanceTimeout, 0))*time.Millisecond)
 	} else {
-		m.cancel(k)
+		m.cancel(g, mem, TimerRebalance)
 	}
 }
 
@@ -519,7 +518,7 @@ func (m *Machine) fence(g *group, mem *member, c cause) {
 	m.setCause(c)
 	m.removeMember(g, mem)
 	m.bumpEpoch(g)
-	m.cancelMemberTimers(g, mem.id)
+	m.cancelMemberTimers(g, mem)
 }
 
 // assignmentOf is the heartbeat response's Assignment.

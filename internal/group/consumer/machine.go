@@ -110,8 +110,10 @@ type Output struct {
 type Machine struct {
 	cfg    Config
 	groups map[string]*group
-	timers core.Timers
 	topics topicImage
+	// timerNotes are the members whose deadlines changed in this step
+	// (see timers.go).
+	timerNotes []timerNote
 
 	// per-step scratch
 	now       time.Time
@@ -212,7 +214,7 @@ func (m *Machine) end() Output {
 	for _, g := range m.touched {
 		m.maybeCloseRebalance(g)
 	}
-	m.out.Timers = m.timers.AppendUpdates(m.out.Timers)
+	m.out.Timers = m.appendTimerUpdates(m.out.Timers)
 	out := m.out
 	m.out = Output{}
 	m.touched = m.touched[:0]
@@ -229,10 +231,6 @@ func (m *Machine) touch(g *group) {
 	m.touched = append(m.touched, g)
 }
 
-func (m *Machine) schedule(k TimerKey, d time.Duration) { m.timers.Set(k, m.now.Add(d)) }
-
-func (m *Machine) cancel(k TimerKey) { m.timers.Cancel(k) }
-
 func (m *Machine) reply(id RequestID, msg kmsg.Response) {
 	m.out.Replies = append(m.out.Replies, Reply{ID: id, Msg: msg})
 }
@@ -247,10 +245,6 @@ func (m *Machine) emit(r Record) {
 		panic(fmt.Sprintf("consumer: own record %s does not apply: %v", r.Type, err))
 	}
 }
-
-// Deadlines returns all scheduled deadlines sorted by key, so a runtime that
-// lost its timer table (or a test) can rebuild it.
-func (m *Machine) Deadlines() []TimerUpdate { return m.timers.All() }
 
 func (m *Machine) request(r Request) {
 	switch req := r.Msg.(type) {
@@ -272,16 +266,13 @@ func (m *Machine) request(r Request) {
 }
 
 func (m *Machine) timer(k TimerKey) {
-	if !m.timers.Due(k, m.now) {
-		return // cancelled, moved later, or early
-	}
 	g := m.groups[k.Group]
 	if g == nil {
 		return
 	}
 	mem := g.members[k.Member]
-	if mem == nil {
-		return
+	if mem == nil || !m.due(g, mem, k.Kind) {
+		return // cancelled, moved later, or early
 	}
 	switch k.Kind {
 	case TimerSession:
@@ -300,8 +291,10 @@ func (m *Machine) timer(k TimerKey) {
 }
 
 func (m *Machine) unload() {
+	for _, id := range m.Groups() {
+		m.cancelGroupTimers(m.groups[id])
+	}
 	m.groups = map[string]*group{}
-	m.timers.CancelAll()
 }
 
 // GroupState returns a group's state and group epoch (Dead, -1 if unknown).

@@ -23,7 +23,7 @@ import (
 func (m *Machine) Replay(now time.Time, recs []Record) (Output, error) {
 	m.begin(now)
 	m.groups = map[string]*group{}
-	m.timers.Reset()
+	m.timerNotes = nil
 	m.replaying = true
 	for i, r := range recs {
 		if err := m.apply(r); err != nil {
@@ -45,10 +45,10 @@ func (m *Machine) Replay(now time.Time, recs []Record) (Output, error) {
 		}
 		for _, mem := range g.sortedMembers() {
 			mem.lastHeartbeat = now
-			m.schedule(TimerKey{Group: id, Kind: TimerSession, Member: mem.id}, m.sessionTimeout(mem))
+			m.schedule(g, mem, TimerSession, m.sessionTimeout(mem))
 			if mem.state == MemberUnrevokedPartitions {
 				mem.rebalanceEpoch = mem.epoch
-				m.schedule(TimerKey{Group: id, Kind: TimerRebalance, Member: mem.id},
+				m.schedule(g, mem, TimerRebalance,
 					time.Duration(max(mem.meta.rebalanceTimeout, 0))*time.Millisecond)
 			}
 		}
