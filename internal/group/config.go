@@ -1,6 +1,8 @@
 package group
 
 import (
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -192,6 +194,15 @@ func SequentialMemberIDs() func(string) string {
 func SeededMemberIDs(seed uint64) func(string) string {
 	next := core.SplitMix64(seed)
 	return func(prefix string) string {
-		return fmt.Sprintf("%s-%016x%016x", prefix, next(), next())
+		// fmt.Sprintf("%s-%016x%016x", ...), without fmt: every new
+		// member of a large group takes one.
+		var raw [16]byte
+		binary.BigEndian.PutUint64(raw[:8], next())
+		binary.BigEndian.PutUint64(raw[8:], next())
+		out := make([]byte, len(prefix)+1+2*len(raw))
+		n := copy(out, prefix)
+		out[n] = '-'
+		hex.Encode(out[n+1:], raw[:])
+		return string(out)
 	}
 }
