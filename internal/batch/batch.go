@@ -277,9 +277,10 @@ const crcChunk = 64 << 10
 // flight: on such input the checksum runs at about half the speed memory
 // delivers. So a large input is summed a chunk at a time, after a loop
 // of independent loads, one per cache line, has brought the chunk in,
-// which memory serves at full speed. That is about a third faster on
-// input out of the cache (BenchmarkChecksum) and costs a few percent on
-// input in it.
+// which memory serves at full speed. On megabyte inputs out of the cache
+// that saves some 70-100 µs per MB, a quarter to a third
+// (BenchmarkChecksum); on input already in the cache the extra loop costs
+// about 10 µs per MB, a fifth.
 func checksum(b []byte) uint32 {
 	if len(b) < 2*crcChunk {
 		return crc32.Checksum(b, castagnoli)
