@@ -123,6 +123,7 @@ type conn struct {
 func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{srv: s, nc: nc}
 	c.fr.init(nc)
+	c.fr.budget = &s.frames
 	c.idleSince.Store(s.now().UnixNano())
 	return c
 }

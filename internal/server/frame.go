@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -106,14 +107,38 @@ var (
 	largeReadBuffers = sync.Pool{New: func() any { return new([largeReadBuffer]byte) }}
 )
 
+// frameBudget bounds the bytes of large frames being received that were
+// given their whole buffer at once (see frameReader.readFrame).
+type frameBudget struct {
+	limit int64
+	used  atomic.Int64
+}
+
+// reserve takes n bytes of the budget, or reports false.
+func (b *frameBudget) reserve(n int64) bool {
+	if b == nil {
+		return false
+	}
+	if b.used.Add(n) > b.limit {
+		b.used.Add(-n)
+		return false
+	}
+	return true
+}
+
+func (b *frameBudget) release(n int64) { b.used.Add(-n) }
+
 // frameReader reads request frames from a connection through the buffers
 // above.
 type frameReader struct {
-	rd    io.Reader
-	small *[smallReadBuffer]byte // taken when first needed, kept until release
-	large *[largeReadBuffer]byte // borrowed while it holds unread bytes
-	buf   []byte                 // small[:] or large[:]; nil before the first read
-	r, w  int                    // buf[r:w] is read from rd, not yet consumed
+	// budget, if not nil, lets a large frame take its whole buffer once
+	// its first chunk has arrived.
+	budget *frameBudget
+	rd     io.Reader
+	small  *[smallReadBuffer]byte // taken when first needed, kept until release
+	large  *[largeReadBuffer]byte // borrowed while it holds unread bytes
+	buf    []byte                 // small[:] or large[:]; nil before the first read
+	r, w   int                    // buf[r:w] is read from rd, not yet consumed
 	// filled is set when the last read filled the small buffer.
 	filled bool
 }
@@ -202,9 +227,27 @@ func (f *frameReader) readFrame(max int32) ([]byte, error) {
 	}
 	var body []byte
 	got := 0
+	whole := false
+	defer func() {
+		if whole {
+			f.budget.release(int64(n))
+		}
+	}()
 	for got < int(n) {
 		if got == len(body) {
-			body = growFrame(body, got, int(n))
+			// Once a chunk of a large frame has come, the client is
+			// sending it: the rest gets its buffer at once, within
+			// the server's budget, instead of doubling through
+			// copies. A frame announced and then not sent holds at
+			// most a chunk.
+			if got >= frameChunk && !whole && f.budget.reserve(int64(n)) {
+				whole = true
+				grown := make([]byte, n)
+				copy(grown, body[:got])
+				body = grown
+			} else {
+				body = growFrame(body, got, int(n))
+			}
 		}
 		if f.buffered() > 0 {
 			m := copy(body[got:], f.buf[f.r:f.w])

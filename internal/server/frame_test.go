@@ -172,3 +172,62 @@ func FuzzFrameReader(f *testing.F) {
 		}
 	})
 }
+
+// sizedChunkReader hands out its bytes a chunk at a time, recording how large
+// the buffer was that each read went into.
+type sizedChunkReader struct {
+	data  []byte
+	chunk int
+	bufs  []int
+}
+
+func (r *sizedChunkReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	r.bufs = append(r.bufs, cap(p))
+	n := copy(p[:min(len(p), r.chunk)], r.data)
+	r.data = r.data[n:]
+	return n, nil
+}
+
+// A large frame gets its whole buffer once its first chunk has come, within
+// the server's budget, and grows with what arrives beyond the budget; the
+// budget is given back when the frame is read.
+func TestLargeFrameTakesItsWholeBufferWithinBudget(t *testing.T) {
+	const n = 1 << 20
+	frame := make([]byte, 4+n)
+	binary.BigEndian.PutUint32(frame, n)
+	for i := range frame[4:] {
+		frame[4+i] = byte(i)
+	}
+	for _, c := range []struct {
+		budget    int64
+		wantWhole bool
+	}{{2 << 20, true}, {n - 1, false}} {
+		b := &frameBudget{limit: c.budget}
+		rd := &sizedChunkReader{data: frame, chunk: 32 << 10}
+		var fr frameReader
+		fr.init(rd)
+		fr.budget = b
+		body, err := fr.readFrame(64 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(body, frame[4:]) {
+			t.Fatal("the frame read is not the frame sent")
+		}
+		whole := false
+		for _, size := range rd.bufs {
+			if size > n/2 {
+				whole = true
+			}
+		}
+		if bigReads := whole && cap(body) == n; bigReads != c.wantWhole {
+			t.Fatalf("budget %d: whole buffer %v (read buffers %v), want %v", c.budget, bigReads, rd.bufs, c.wantWhole)
+		}
+		if b.used.Load() != 0 {
+			t.Fatalf("budget %d: %d bytes still reserved after the frame", c.budget, b.used.Load())
+		}
+	}
+}

@@ -238,6 +238,10 @@ type Server struct {
 
 	// lastConnID is the id of the connection accepted last (under mu).
 	lastConnID uint64
+
+	// frames is the budget of large request frames being received with
+	// their whole buffer.
+	frames frameBudget
 }
 
 // New returns a Server; call Serve with a listener to start it.
@@ -275,8 +279,14 @@ func New(cfg Config) *Server {
 		conns:     make(map[*conn]struct{}),
 	}
 	s.sleep = s.sleepUnlessClosing
+	s.frames.limit = max(DefaultFrameBudget, int64(cfg.MaxRequestBytes))
 	return s
 }
+
+// DefaultFrameBudget is how many bytes of large request frames being
+// received may hold their whole buffer at once: past it, further frames'
+// buffers grow with the bytes that arrive (see frameReader.readFrame).
+const DefaultFrameBudget = 256 << 20
 
 // ErrServerClosed is returned by Serve after Shutdown.
 var ErrServerClosed = errors.New("server closed")
