@@ -72,7 +72,8 @@ func BenchmarkRebalanceSteps(b *testing.B) {
 		if len(out.Replies) != members {
 			b.Fatalf("leader's sync released %d replies", len(out.Replies))
 		}
-		// What a store would write, for the record.
+		// What a store would write before the replies go out, for the
+		// record (the rebalance's own record comes in a later step).
 		n := 0
 		for _, r := range out.Records {
 			n += len(r.Value())
