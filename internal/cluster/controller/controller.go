@@ -10,6 +10,9 @@
 //
 // The rules are Kafka's controller's (of the ZooKeeper years):
 //
+//   - A new partition (a topic's key names it, and it has no state yet)
+//     gets its first live replica as leader at epoch 0, with the live
+//     replicas as ISR: the topic's creator writes only the topic.
 //   - A partition whose leader is not alive, or is shutting down, gets as
 //     leader the first replica, in assignment order, that is alive, not
 //     shutting down and in the ISR, with the leader epoch bumped. With none
@@ -117,6 +120,7 @@ const (
 	ReasonReassignAdd  = "reassignment-add"
 	ReasonReassignDone = "reassignment-done"
 	ReasonFirstLeader  = "first-leader"
+	ReasonNewPartition = "new-partition"
 )
 
 // Decide returns the writes the controller makes on v, in a fixed order
@@ -130,7 +134,10 @@ func Decide(v View) []Write {
 			tp := TP{Topic: t.ID, Partition: int32(p)}
 			st, ok := v.States[tp]
 			if !ok {
-				continue // the topic's creator writes the first state
+				if w, ok := firstState(v, tp, replicas); ok {
+					out = append(out, w)
+				}
+				continue
 			}
 			if w, ok := decidePartition(v, t, tp, replicas, st); ok {
 				out = append(out, w)
@@ -192,6 +199,22 @@ func decidePartition(v View, t Topic, tp TP, replicas []int32, st PartitionState
 		}
 	}
 	return Write{}, false
+}
+
+// firstState is the state of a new partition: its first live replica
+// leads at epoch 0, with the live replicas in sync (a new partition is
+// empty, so every live replica has all of it).
+func firstState(v View, tp TP, replicas []int32) (Write, bool) {
+	var isr []int32
+	for _, r := range replicas {
+		if _, ok := v.Alive[r]; ok && !v.ShuttingDown[r] {
+			isr = append(isr, r)
+		}
+	}
+	if len(isr) == 0 {
+		return Write{}, false // created when a replica is up
+	}
+	return Write{TP: tp, ExpectRevision: 0, Reason: ReasonNewPartition, State: PartitionState{Leader: isr[0], ISR: isr}}, true
 }
 
 // liveISR is isr without the replicas that are not alive, keeping leader

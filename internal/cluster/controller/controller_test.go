@@ -110,7 +110,12 @@ func TestDecide(t *testing.T) {
 			v.Reassign[tp0()] = Reassignment{Target: []int32{4, 2, 3}}
 			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 2, 3, 4}, Revision: 12}
 		}, "reassignment-done: leader=4 epoch=5 isr=[2 3 4] pepoch=1 expect=12 replicas=[4 2 3] finished=true\n"},
-		{"a partition without a state is left to its topic's creator", func(v *View) {}, ""},
+		{"a new partition: its first live replica leads, the live ones in sync", func(v *View) {
+			delete(v.Alive, 1)
+		}, "new-partition: leader=2 epoch=0 isr=[2 3] pepoch=0 expect=0\n"},
+		{"a new partition with no replica alive waits", func(v *View) {
+			v.Alive = map[int32]string{}
+		}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			v := view(1, 2, 3)

@@ -35,6 +35,9 @@ func (k Keys) Node(id int32) string { return k.NodesPrefix() + itoa(id) }
 // NodesPrefix is the prefix of every Node key.
 func (k Keys) NodesPrefix() string { return k.prefix + "nodes/" }
 
+// ProducerIDs is producer_ids, holding a ProducerIDs.
+func (k Keys) ProducerIDs() string { return k.prefix + "producer_ids" }
+
 // Controller is controller, holding a Controller.
 func (k Keys) Controller() string { return k.prefix + "controller" }
 
@@ -92,6 +95,7 @@ const (
 	KindPartition
 	KindReassignment
 	KindControlledShutdown
+	KindProducerIDs
 )
 
 func (k KeyKind) String() string {
@@ -110,6 +114,8 @@ func (k KeyKind) String() string {
 		return "reassignment"
 	case KindControlledShutdown:
 		return "controlled_shutdown"
+	case KindProducerIDs:
+		return "producer_ids"
 	}
 	return fmt.Sprintf("KeyKind(%d)", int(k))
 }
@@ -142,6 +148,8 @@ func (k Keys) Parse(key string) (Key, error) {
 		return Key{Kind: KindController}, nil
 	case "controller_epoch":
 		return Key{Kind: KindControllerEpoch}, nil
+	case "producer_ids":
+		return Key{Kind: KindProducerIDs}, nil
 	}
 	family, name, ok := strings.Cut(rest, "/")
 	if !ok {

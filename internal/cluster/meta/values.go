@@ -102,6 +102,28 @@ func (v Reassignment) Encode() ([]byte, error) { return encode("reassignment", v
 // Encode: see NodeInfo.Encode.
 func (v ControlledShutdown) Encode() ([]byte, error) { return encode("controlled shutdown", v) }
 
+// ProducerIDs is the value of producer_ids: the first producer id no
+// node has taken yet. A node takes a block of them by compare-and-swap
+// (KIP-730), so that no two nodes hand out the same id.
+type ProducerIDs struct {
+	Next int64 `json:"next"`
+}
+
+// Encode: see NodeInfo.Encode.
+func (v ProducerIDs) Encode() ([]byte, error) { return encode("producer ids", v) }
+
+// DecodeProducerIDs: see DecodeNodeInfo.
+func DecodeProducerIDs(key string, data []byte) (ProducerIDs, error) {
+	return decode[ProducerIDs](key, data)
+}
+
+func (v ProducerIDs) validate() error {
+	if v.Next < 0 {
+		return fmt.Errorf("next producer id %d", v.Next)
+	}
+	return nil
+}
+
 // DecodeNodeInfo decodes the value at key (which only names it in errors).
 func DecodeNodeInfo(key string, data []byte) (NodeInfo, error) { return decode[NodeInfo](key, data) }
 
