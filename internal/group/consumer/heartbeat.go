@@ -124,7 +124,8 @@ func validateEpoch(mem *member, epoch int32, o owned) *apiError {
 func (m *Machine) memberHeartbeat(r Request, req *kmsg.ConsumerGroupHeartbeatRequest, resp *kmsg.ConsumerGroupHeartbeatResponse) *apiError {
 	joining := req.MemberEpoch == joinEpoch
 	g := m.groups[req.Group]
-	if g == nil {
+	fresh := g == nil
+	if fresh {
 		if !joining {
 			return errorf(kerr.GroupIDNotFound, "Consumer group %s not found.", req.Group)
 		}
@@ -201,7 +202,7 @@ func (m *Machine) memberHeartbeat(r Request, req *kmsg.ConsumerGroupHeartbeatReq
 	}
 
 	// From here on nothing fails; every change is a record.
-	if m.groups[g.id] == nil {
+	if fresh {
 		m.groups[g.id] = g
 	}
 	trigger := triggerSubscriptionChanged
