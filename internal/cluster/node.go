@@ -336,3 +336,51 @@ func (n *Node) leaseID() kv.LeaseID {
 	}
 	return 0
 }
+
+// ControlledShutdown asks the controller to move this node's leaderships
+// to other in-sync replicas, and waits until it leads no partition that
+// another live in-sync replica could take, or ctx ends: a rolling restart
+// then stalls each partition for one leader move, not for a session
+// timeout. The request goes with the node's lease.
+func (n *Node) ControlledShutdown(ctx context.Context) error {
+	h := n.lease.Load()
+	if h == nil {
+		return nil
+	}
+	data, err := meta.ControlledShutdown{NodeID: n.cfg.NodeID, Incarnation: h.incarnation}.Encode()
+	if err != nil {
+		return err
+	}
+	if _, _, err := n.cfg.KV.Txn(ctx, nil, []kv.Op{kv.Put(n.keys.ControlledShutdown(n.cfg.NodeID), data, h.l.ID())}); err != nil {
+		return err
+	}
+	changed := n.Subscribe()
+	for {
+		if n.movableLeaderships(n.View()) == 0 {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// movableLeaderships counts the partitions this node leads whose ISR holds
+// another live node.
+func (n *Node) movableLeaderships(v *view.View) int {
+	count := 0
+	for _, s := range v.States {
+		if s.Leader != n.cfg.NodeID {
+			continue
+		}
+		for _, r := range s.ISR {
+			if r != n.cfg.NodeID && v.Alive(r) {
+				count++
+				break
+			}
+		}
+	}
+	return count
+}

@@ -39,6 +39,9 @@ type ReplicaLog interface {
 	// at their offsets, which must start at the log end; it returns the
 	// new log end offset.
 	AppendReplicated(batches []byte) (int64, error)
+	// DeleteRecords moves the log start up to offset (at most the high
+	// watermark), as a follower does when the leader's has moved.
+	DeleteRecords(offset int64) (int64, error)
 }
 
 // Logs opens the local logs of the replicas this node holds.
@@ -71,6 +74,9 @@ type FetchResult struct {
 	Err     error
 	HW      int64
 	Batches []byte
+	// LogStart is the leader's log start offset: a follower's follows
+	// it (retention and DeleteRecords at the leader).
+	LogStart int64
 }
 
 // EpochAsk is one partition of an OffsetForLeaderEpoch question.
@@ -629,6 +635,13 @@ func (s *slot) appendFetched(w FetchWant, res FetchResult) {
 		}
 	}
 	s.stepLocked(replica.Fetched{LeaderEpoch: w.LeaderEpoch, LEO: leo, HW: res.HW})
+	if start := min(res.LogStart, s.log.HighWatermark()); start > s.log.LogStartOffset() {
+		if _, err := s.log.DeleteRecords(start); err != nil {
+			s.r.log.Warn("moving a follower's log start to the leader's", "tp", s.tp, "offset", start, "err", err)
+		} else {
+			s.stepLocked(replica.LogStart{Offset: s.log.LogStartOffset()})
+		}
+	}
 }
 
 func errOr(err, alt error) error {

@@ -105,6 +105,8 @@ func (l *memLog) TruncateTo(offset int64) error {
 	return nil
 }
 
+func (l *memLog) DeleteRecords(offset int64) (int64, error) { return 0, nil }
+
 func (l *memLog) AppendReplicated(b []byte) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -127,7 +127,7 @@ func (t *KafkaTransport) Fetch(ctx context.Context, leader int32, wants []FetchW
 	for _, rt := range resp.Topics {
 		for _, rp := range rt.Partitions {
 			out = append(out, FetchResult{TP: view.TP{Topic: rt.TopicID, Partition: rp.Partition},
-				Err: kerr.ErrorForCode(rp.ErrorCode), HW: rp.HighWatermark, Batches: rp.RecordBatches})
+				Err: kerr.ErrorForCode(rp.ErrorCode), HW: rp.HighWatermark, Batches: rp.RecordBatches, LogStart: rp.LogStartOffset})
 		}
 	}
 	return out, nil

@@ -185,7 +185,7 @@ func eventAttrs(ev event) []any {
 
 // requestGroups lists the groups a group request names.
 func requestGroups(req kmsg.Request) []string {
-	if id, ok := groupOf(req); ok {
+	if id, ok := GroupOf(req); ok {
 		return []string{id}
 	}
 	switch r := req.(type) {

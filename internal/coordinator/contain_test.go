@@ -37,7 +37,7 @@ func (p *panicker) hooks(c *Config) {
 			return
 		}
 		g := p.group.Load()
-		id, _ := groupOf(r.Msg)
+		id, _ := GroupOf(r.Msg)
 		if g == nil || id != *g || !p.group.CompareAndSwap(g, nil) {
 			return
 		}

@@ -262,7 +262,7 @@ func (c *Coordinator) Submit(ctx context.Context, clientID, clientHost string, r
 // caller may hold inside its own value: a group request then costs its
 // caller no allocation of the coordinator's.
 func (c *Coordinator) Start(ctx context.Context, clientID, clientHost string, req kmsg.Request, p *Pending) {
-	groupID, ok := groupOf(req)
+	groupID, ok := GroupOf(req)
 	if !ok {
 		p.resp, p.err = c.Handle(ctx, clientID, clientHost, req)
 		return
@@ -270,9 +270,9 @@ func (c *Coordinator) Start(ctx context.Context, clientID, clientHost string, re
 	c.shardOf(groupID).start(clientID, clientHost, req, p)
 }
 
-// groupOf returns the one group a request names, and false for a request
+// GroupOf returns the one group a request names, and false for a request
 // that names several (or none): those are split across shards by Handle.
-func groupOf(req kmsg.Request) (string, bool) {
+func GroupOf(req kmsg.Request) (string, bool) {
 	switch r := req.(type) {
 	case *kmsg.JoinGroupRequest:
 		return r.Group, true
@@ -304,6 +304,13 @@ type Pending struct {
 	// has taken it.
 	resp kmsg.Response
 	err  error
+}
+
+// Answer makes resp the reply of a request that was not started: a caller
+// that answers it itself (a group another node coordinates) hands it on
+// like any other.
+func (p *Pending) Answer(resp kmsg.Response) {
+	p.call, p.resp, p.err = call{}, resp, nil
 }
 
 // replyChans recycles the reply channels of calls whose reply was taken:
