@@ -1,0 +1,131 @@
+package cluster
+
+import (
+	"flag"
+	"fmt"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	flagSeeds = flag.Int("seeds", 300, "how many seeds TestSim runs")
+	flagFirst = flag.Uint64("first", 1, "first seed of TestSim's batch")
+	flagSeed  = flag.Uint64("seed", 0, "run only this seed; with -v the whole trace is printed")
+	flagBug   = flag.String("bug", "", "break one rule of the simulated runtime (see bugSwitches)")
+	flagOnly  = flag.String("only", "", "run only this checker")
+)
+
+// TestSim runs a batch of seeds (-seeds, from -first), or one seed
+// (-seed). A failure prints the seed, the checker, the last trace lines
+// and the command that replays it; -v prints the counters of the batch.
+func TestSim(t *testing.T) {
+	bugs, err := BugByName(*flagBug)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *flagSeed != 0 {
+		res := Run(Options{Seed: *flagSeed, Bugs: bugs, KeepTrace: testing.Verbose(), Only: *flagOnly})
+		for _, l := range res.Trace {
+			t.Log(l)
+		}
+		t.Logf("seed %d: %d events, %v virtual, trace hash %016x\n%s", res.Seed, res.Events, res.Virtual, res.TraceHash, res.Stats)
+		if res.Failure != nil {
+			t.Fatalf("%v", res.Failure)
+		}
+		return
+	}
+	n := *flagSeeds
+	if testing.Short() {
+		n = min(n, 50)
+	}
+	workers := min(runtime.GOMAXPROCS(0), 2)
+	stopAt, hasDeadline := t.Deadline()
+	began := time.Now()
+	var (
+		mu       sync.Mutex
+		total    = Stats{}
+		failures []*Failure
+		ran      int
+		events   int64
+		virtual  time.Duration
+		next     = *flagFirst
+		end      = *flagFirst + uint64(n)
+	)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				if next >= end || (hasDeadline && time.Until(stopAt) < 30*time.Second) {
+					mu.Unlock()
+					return
+				}
+				seed := next
+				next++
+				mu.Unlock()
+				res := Run(Options{Seed: seed, Bugs: bugs, Only: *flagOnly})
+				mu.Lock()
+				ran++
+				total.Add(res.Stats)
+				events += int64(res.Events)
+				virtual += res.Virtual
+				if f := res.Failure; f != nil {
+					failures = append(failures, f)
+					t.Logf("seed %d failed: %s: %s", seed, f.Check, firstLine(f.Msg))
+				}
+				if ran%5000 == 0 {
+					t.Logf("progress: %d seeds in %v, %d failed", ran, time.Since(began).Round(time.Second), len(failures))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	sort.Slice(failures, func(i, j int) bool { return failures[i].Seed < failures[j].Seed })
+	t.Logf("ran %d of %d seeds (%d..%d) in %v: %d failed; %d events, %v of virtual time\ncounters over the batch:\n%s",
+		ran, n, *flagFirst, end-1, time.Since(began).Round(time.Millisecond), len(failures), events, virtual.Round(time.Second), total)
+	if ran < n {
+		t.Errorf("stopped after %d of %d seeds at the test deadline; rerun with -timeout=0", ran, n)
+	}
+	if len(failures) == 0 {
+		return
+	}
+	byCheck := map[string][]uint64{}
+	for _, f := range failures {
+		byCheck[f.Check] = append(byCheck[f.Check], f.Seed)
+	}
+	var b strings.Builder
+	keys := make([]string, 0, len(byCheck))
+	for k := range byCheck {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "  %s: %d seeds, first %v\n", k, len(byCheck[k]), byCheck[k][:min(len(byCheck[k]), 10)])
+	}
+	t.Errorf("%d of %d seeds failed:\n%s", len(failures), ran, b.String())
+	for _, f := range failures[:min(len(failures), 3)] {
+		t.Errorf("%v", f)
+	}
+}
+
+// TestReproducible runs seeds twice: the same seed must give the same
+// run, line for line.
+func TestReproducible(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3, 42} {
+		a := Run(Options{Seed: seed, KeepTrace: true})
+		b := Run(Options{Seed: seed, KeepTrace: true})
+		if a.TraceHash != b.TraceHash || a.Events != b.Events || len(a.Trace) != len(b.Trace) {
+			for i := range min(len(a.Trace), len(b.Trace)) {
+				if a.Trace[i] != b.Trace[i] {
+					t.Fatalf("seed %d diverges at trace line %d:\n  %s\n  %s", seed, i, a.Trace[i], b.Trace[i])
+				}
+			}
+			t.Fatalf("seed %d: hashes %016x/%016x, events %d/%d", seed, a.TraceHash, b.TraceHash, a.Events, b.Events)
+		}
+	}
+}
