@@ -40,7 +40,7 @@ type topicSpec struct {
 }
 
 func (w *world) setup() {
-	w.model = kvmodel.New(w, kvmodel.Options{WatchBuffer: 4096})
+	w.model = kvmodel.New(w, kvmodel.Options{WatchBuffer: 1024})
 	w.net = newNetwork(w)
 	p := &w.p
 	p.nodes = 3 + w.intn(3)
@@ -57,7 +57,7 @@ func (w *world) setup() {
 	p.etcdSpike = 0.03 * w.rng.Float64()
 	p.faultGap = w.between(2*time.Second, 10*time.Second)
 	p.faultsEnd = w.between(40*time.Second, 80*time.Second)
-	p.settle = 2*p.session + 5*time.Second
+	p.settle = p.session + 2*time.Second
 	p.liveFor = p.session + 30*time.Second
 	p.diskLoss = w.chance(0.3)
 
@@ -134,6 +134,7 @@ func (w *world) setup() {
 		}
 	})
 	w.after(p.faultsEnd+p.settle+p.liveFor, w.finish)
+	w.after(p.faultsEnd+p.settle, w.probesDone)
 }
 
 // startProc starts a new process of n.
@@ -272,7 +273,11 @@ func (w *world) injectFault() {
 		w.count("fault.watch-delayed")
 		w.logf("FAULT node %d.%d: watch held for %v", n.id, p.inc, d)
 		w.model.PauseWatches(p.name)
-		w.after(d, func() { w.model.ResumeWatches(p.name) })
+		p.watchPaused = true
+		w.after(d, func() {
+			w.model.ResumeWatches(p.name)
+			p.watchPaused = false
+		})
 	default: // a broken watch
 		if p == nil {
 			return
@@ -339,12 +344,29 @@ func (w *world) heal() {
 			continue
 		}
 		w.model.ResumeWatches(n.proc.name)
+		n.proc.watchPaused = false
 		w.resume(n.proc)
 	}
 }
 
+// probesDone ends the run early once every probe succeeded and the
+// cluster had a few more seconds.
+func (w *world) probesDone() {
+	for _, c := range w.clients {
+		if c.name[0] == 'q' && !c.probeOK {
+			w.after(500*time.Millisecond, w.probesDone)
+			return
+		}
+	}
+	w.after(5*time.Second, w.finish)
+}
+
 // finish runs the checks at quiescence and ends the run.
 func (w *world) finish() {
+	if w.done {
+		return
+	}
+	w.stats["run.etcd-revisions"] += w.model.Revision()
 	w.chk.final()
 	w.done = true
 }

@@ -57,8 +57,10 @@ type proc struct {
 
 	watch     <-chan kv.WatchEvent
 	stopWatch context.CancelFunc
-	watchGen  int
-	watchLast time.Time
+	watchGen    int
+	watchLast   time.Time
+	watchRev    int64 // the last revision read from the watch
+	watchPaused bool  // PauseWatches is in force
 
 	view       *view.View
 	lease      kv.Lease // nil when it holds none
@@ -239,43 +241,46 @@ func (p *proc) openWatch(from int64) {
 	ctx, cancel := context.WithCancel(bg)
 	p.stopWatch = cancel
 	p.watchGen++
+	p.watchRev = from - 1
 	p.watch = p.kv.Watch(ctx, prefix, from)
 }
 
 // drain moves the watch's events into the process, in order, each after
-// a delay: a view lags etcd, never reorders it.
+// a delay: a view lags etcd, never reorders it. A watch on the whole
+// prefix sees every revision, so unless the model holds its delivery
+// (the client cut off or paused, or its watches paused) the drain reads
+// up to the current revision, waiting for the model's pump goroutine if
+// the channel overflowed: what is read never depends on goroutine timing.
 func (p *proc) drain() {
-	if p.watch == nil {
+	if p.watch == nil || p.fault == kvmodel.FailCalls || p.fault == kvmodel.HangCalls || p.watchPaused {
 		return
 	}
 	w := p.w
-	if len(p.watch) == cap(p.watch) {
-		w.fail("sim", fmt.Sprintf("node %d: watch buffer full; the model would start a pump goroutine", p.n.id))
-		return
-	}
-	for {
-		select {
-		case ev, ok := <-p.watch:
-			if !ok {
-				p.watch = nil
-				return
-			}
-			at := w.now.Add(w.watchDelay())
-			if at.Before(p.watchLast) {
-				at = p.watchLast
-			}
-			p.watchLast = at
-			gen := p.watchGen
-			w.schedule(at, func() {
-				p.run(func() {
-					if gen == p.watchGen {
-						p.onWatch(ev)
-					}
-				})
-			})
-		default:
+	target := w.model.Revision()
+	for p.watchRev < target {
+		ev, ok := <-p.watch
+		if !ok {
+			p.watch = nil
 			return
 		}
+		at := w.now.Add(w.watchDelay())
+		if at.Before(p.watchLast) {
+			at = p.watchLast
+		}
+		p.watchLast = at
+		gen := p.watchGen
+		w.schedule(at, func() {
+			p.run(func() {
+				if gen == p.watchGen {
+					p.onWatch(ev)
+				}
+			})
+		})
+		if ev.Err != nil {
+			p.watch = nil
+			return
+		}
+		p.watchRev = ev.Revision
 	}
 }
 

@@ -142,27 +142,35 @@ const (
 )
 
 type event struct {
-	at        time.Time
-	seq       uint64
-	fn        func()
-	cancelled bool
-	ran       bool
+	at    int64 // nanoseconds since start
+	seq   uint64
+	fn    func()
+	index int // in the heap; -1 once out of it
 }
 
 type eventHeap []*event
 
 func (h eventHeap) Len() int { return len(h) }
 func (h eventHeap) Less(i, j int) bool {
-	if !h[i].at.Equal(h[j].at) {
-		return h[i].at.Before(h[j].at)
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
 	}
 	return h[i].seq < h[j].seq
 }
-func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(*event)) }
+func (h eventHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *eventHeap) Push(x any) {
+	e := x.(*event)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
 func (h *eventHeap) Pop() any {
 	old := *h
 	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	e.index = -1
 	*h = old[:len(old)-1]
 	return e
 }
@@ -239,11 +247,7 @@ func Run(opts Options) (res Result) {
 func (w *world) loop() {
 	for w.q.Len() > 0 && w.failure == nil && !w.done {
 		e := heap.Pop(&w.q).(*event)
-		if e.cancelled {
-			continue
-		}
-		e.ran = true
-		w.now = e.at
+		w.now = start.Add(time.Duration(e.at))
 		w.events++
 		if w.events > maxEvents {
 			w.fail("runaway", fmt.Sprintf("more than %d events", maxEvents))
@@ -268,7 +272,7 @@ func (w *world) schedule(t time.Time, fn func()) *event {
 		t = w.now
 	}
 	w.seq++
-	e := &event{at: t, seq: w.seq, fn: fn}
+	e := &event{at: int64(t.Sub(start)), seq: w.seq, fn: fn}
 	heap.Push(&w.q, e)
 	return e
 }
@@ -283,10 +287,10 @@ func (w *world) Now() time.Time { return w.now }
 func (w *world) AfterFunc(d time.Duration, f func()) func() bool {
 	e := w.after(max(d, 0), f)
 	return func() bool {
-		if e.ran || e.cancelled {
+		if e.index < 0 {
 			return false
 		}
-		e.cancelled = true
+		heap.Remove(&w.q, e.index)
 		return true
 	}
 }
