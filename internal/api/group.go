@@ -69,12 +69,12 @@ type later struct {
 // Brief implements server.Brief.
 func (l *later) Brief() bool { return l.brief }
 
-// OnDone implements server.Completer for a brief reply the coordinator
-// releases as it is: fn runs on the coordinator's goroutine that releases
-// it (coordinator.Pending.OnDone), which then writes it. A reply that is
-// adapted first (then) is left to the connection's own goroutine.
+// OnDone implements server.Completer for a reply the coordinator releases
+// as it is, brief or parked: fn runs on the coordinator's goroutine that
+// releases it (coordinator.Pending.OnDone), which then writes it. A reply
+// that is adapted first (then) is left to the connection's own goroutine.
 func (l *later) OnDone(fn func()) bool {
-	if !l.brief || l.then != nil {
+	if l.then != nil {
 		return false
 	}
 	return l.pending.OnDone(fn)

@@ -477,14 +477,23 @@ func (c *conn) respond(r reply) {
 	c.mu.Lock()
 	if !c.writing {
 		inline := r.weight <= inlineReplyBytes
+		// A reply parked until other clients act (a JoinGroup waiting
+		// for its group) is handed to the goroutine that completes it,
+		// like a brief one, rather than to a writer goroutine of its
+		// own that would only wait for it.
+		handable := inline
 		if wt, ok := r.resp.(Waiter); ok && inline {
-			inline = isBrief(wt) && !c.fr.frameBuffered()
+			brief := isBrief(wt)
+			inline = brief && !c.fr.frameBuffered()
+			handable = inline || !brief
 		}
-		if inline {
+		if handable {
 			if cp, ok := r.resp.(Completer); ok && c.handOff(cp, r) {
 				c.mu.Unlock()
 				return
 			}
+		}
+		if inline {
 			c.mu.Unlock()
 			c.writeReply(&r, true)
 			return

@@ -122,15 +122,16 @@ type Brief interface {
 	Brief() bool
 }
 
-// Completer is implemented by a brief Waiter whose reply is completed by
-// another goroutine (a coordinator shard's). OnDone either takes fn, to
-// call it on that goroutine once Wait would not block, and reports true,
-// or reports false (it is ready already, or cannot say), and the
-// connection waits for the reply itself. fn writes the reply without
-// blocking; what the socket does not take at once is written by a
-// goroutine of its own. With no reply ahead of it and no further request
-// received, a connection hands such a reply to its completer and reads
-// on, instead of waiting for it: one goroutine switch fewer per request.
+// Completer is implemented by a Waiter whose reply is completed by another
+// goroutine (a coordinator shard's). OnDone either takes fn, to call it on
+// that goroutine once Wait would not block, and reports true, or reports
+// false (it is ready already, or cannot say), and the connection waits for
+// the reply itself. fn writes the reply without blocking; what the socket
+// does not take at once is written by a goroutine of its own. With no
+// reply ahead of it (and, for a brief one, no further request received), a
+// connection hands such a reply to its completer and reads on, instead of
+// waiting for it: one goroutine switch fewer per request, and no writer
+// goroutine parked with a JoinGroup.
 type Completer interface {
 	Waiter
 	OnDone(fn func()) bool
