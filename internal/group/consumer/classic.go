@@ -751,7 +751,6 @@ func (m *Machine) classicLeave(r Request, req *kmsg.LeaveGroupRequest) {
 	}
 }
 
-
 // --- downgrade ---
 
 // DowngradePolicy says when a consumer group whose last consumer-protocol
