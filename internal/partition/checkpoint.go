@@ -30,12 +30,26 @@ const checkpointName = "recovery-checkpoint"
 // stopped, so the next one starts there; below gapsBelow batches and
 // segments may leave offsets out, as the cleaner removed them (a clean
 // records it before it rewrites anything, and cleanedTo after).
+//
+// A replica's log (Options.Replicated) also keeps its high watermark here
+// (hasHW), written whenever the checkpoint is, like Kafka's
+// replication-offset-checkpoint: never above what SetHighWatermark was
+// given, so after a crash it can only be lower than it was. With
+// truncating set, a TruncateTo is in progress (see truncate.go): every
+// record at or past truncateTo is to go, and Open finishes the job;
+// truncateFull says the truncation empties the log, which restarts at
+// truncateTo (equal to logStart then). The zero value has neither.
 type checkpoint struct {
 	logStart      int64
 	recoveryPoint int64
 	cleanedTo     int64
 	gapsBelow     int64
 	gaps          []offsetRange
+	hw            int64
+	hasHW         bool
+	truncating    bool
+	truncateTo    int64
+	truncateFull  bool
 }
 
 // offsetRange is the half-open offset range [from, to).
@@ -44,34 +58,62 @@ type offsetRange struct{ from, to int64 }
 var checkpointMagic = [4]byte{'G', 'D', 'R', 'C'}
 
 const (
-	// Version 2 added the cleaner's offsets; version 1 files are still
-	// read.
-	checkpointVersion = 2
+	// Version 2 added the cleaner's offsets, version 3 the high
+	// watermark and a truncation in progress. A checkpoint without
+	// either is still written as version 2, so that a single node's
+	// files stay what earlier groupd wrote; versions 1 and 2 are read.
+	checkpointVersion = 3
 	// magic, version, log start, recovery point, gap count, ..., crc
 	checkpointV1FixedLen = 4 + 1 + 8 + 8 + 4 + 4
 	// and the cleaned-to and gaps-below offsets after the recovery point
-	checkpointFixedLen = checkpointV1FixedLen + 16
+	checkpointV2FixedLen = checkpointV1FixedLen + 16
+	// and the high watermark, the truncation offset and its full flag
+	checkpointFixedLen = checkpointV2FixedLen + 8 + 8 + 1
 	checkpointGapLen   = 16
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func (c checkpoint) equal(o checkpoint) bool {
-	return c.logStart == o.logStart && c.recoveryPoint == o.recoveryPoint && c.cleanedTo == o.cleanedTo && c.gapsBelow == o.gapsBelow && slices.Equal(c.gaps, o.gaps)
+	return c.logStart == o.logStart && c.recoveryPoint == o.recoveryPoint && c.cleanedTo == o.cleanedTo && c.gapsBelow == o.gapsBelow && slices.Equal(c.gaps, o.gaps) &&
+		c.hw == o.hw && c.hasHW == o.hasHW && c.truncating == o.truncating && c.truncateTo == o.truncateTo && c.truncateFull == o.truncateFull
 }
 
+// v3 reports whether the checkpoint needs version 3.
+func (c checkpoint) v3() bool { return c.hasHW || c.truncating }
+
 // encode lays the checkpoint out as: magic "GDRC", version byte, log start,
-// recovery point, cleaned-to and gaps-below offsets (big-endian int64), gap
+// recovery point, cleaned-to and gaps-below offsets (big-endian int64),
+// in version 3 the high watermark and the truncation offset (int64, -1
+// for none) and a byte 1 if the truncation empties the log (else 0), gap
 // count (uint32) and the gaps as pairs of int64, then a CRC-32C of
-// everything before it. Version 1 had no cleaner offsets.
+// everything before it. Version 1 had no cleaner offsets; version 2 is
+// written when there is neither a high watermark nor a truncation.
 func (c checkpoint) encode() []byte {
 	b := make([]byte, 0, checkpointFixedLen+len(c.gaps)*checkpointGapLen)
 	b = append(b, checkpointMagic[:]...)
-	b = append(b, checkpointVersion)
+	if c.v3() {
+		b = append(b, checkpointVersion)
+	} else {
+		b = append(b, 2)
+	}
 	b = binary.BigEndian.AppendUint64(b, uint64(c.logStart))
 	b = binary.BigEndian.AppendUint64(b, uint64(c.recoveryPoint))
 	b = binary.BigEndian.AppendUint64(b, uint64(c.cleanedTo))
 	b = binary.BigEndian.AppendUint64(b, uint64(c.gapsBelow))
+	if c.v3() {
+		b = binary.BigEndian.AppendUint64(b, uint64(c.hw))
+		to := int64(-1)
+		if c.truncating {
+			to = c.truncateTo
+		}
+		b = binary.BigEndian.AppendUint64(b, uint64(to))
+		full := byte(0)
+		if c.truncateFull {
+			full = 1
+		}
+		b = append(b, full)
+	}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(c.gaps)))
 	for _, g := range c.gaps {
 		b = binary.BigEndian.AppendUint64(b, uint64(g.from))
@@ -90,16 +132,19 @@ func decodeCheckpoint(b []byte) (checkpoint, error) {
 	if [4]byte(b[:4]) != checkpointMagic {
 		return c, fmt.Errorf("bad magic %q", b[:4])
 	}
-	fixed := checkpointFixedLen
+	var fixed int
 	switch b[4] {
 	case 1:
 		fixed = checkpointV1FixedLen
+	case 2:
+		fixed = checkpointV2FixedLen
 	case checkpointVersion:
-		if len(b) < checkpointFixedLen {
-			return c, fmt.Errorf("%d bytes, want at least %d", len(b), checkpointFixedLen)
-		}
+		fixed = checkpointFixedLen
 	default:
 		return c, fmt.Errorf("unknown version %d", b[4])
+	}
+	if len(b) < fixed {
+		return c, fmt.Errorf("%d bytes, want at least %d", len(b), fixed)
 	}
 	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
 	if got := crc32.Checksum(body, castagnoli); got != sum {
@@ -109,10 +154,27 @@ func decodeCheckpoint(b []byte) (checkpoint, error) {
 	c.logStart = int64(be.Uint64(b[5:]))
 	c.recoveryPoint = int64(be.Uint64(b[13:]))
 	pos := 21
-	if fixed == checkpointFixedLen {
+	if fixed >= checkpointV2FixedLen {
 		c.cleanedTo = int64(be.Uint64(b[21:]))
 		c.gapsBelow = int64(be.Uint64(b[29:]))
 		pos += 16
+	}
+	if fixed == checkpointFixedLen {
+		c.hw, c.hasHW = int64(be.Uint64(b[pos:])), true
+		switch to := int64(be.Uint64(b[pos+8:])); {
+		case to >= 0:
+			c.truncating, c.truncateTo = true, to
+		case to != -1:
+			return c, fmt.Errorf("truncation to %d", to)
+		}
+		switch b[pos+16] {
+		case 0:
+		case 1:
+			c.truncateFull = true
+		default:
+			return c, fmt.Errorf("truncation flag %d", b[pos+16])
+		}
+		pos += 17
 	}
 	n := be.Uint32(b[pos:])
 	rest := body[pos+4:]
@@ -121,6 +183,12 @@ func decodeCheckpoint(b []byte) (checkpoint, error) {
 	}
 	if c.logStart < 0 || c.recoveryPoint < c.logStart || c.cleanedTo < 0 || c.gapsBelow < c.cleanedTo {
 		return c, fmt.Errorf("log start %d, recovery point %d, cleaned to %d, gaps below %d", c.logStart, c.recoveryPoint, c.cleanedTo, c.gapsBelow)
+	}
+	// A truncation is recorded with the recovery point at or below it,
+	// and one that empties the log restarts it there.
+	if c.hw < 0 || (c.truncating && (c.truncateTo < c.logStart || c.recoveryPoint > c.truncateTo)) ||
+		(c.truncateFull && (!c.truncating || c.truncateTo != c.logStart)) {
+		return c, fmt.Errorf("high watermark %d, truncation to %d (full %v), log start %d, recovery point %d", c.hw, c.truncateTo, c.truncateFull, c.logStart, c.recoveryPoint)
 	}
 	prev := c.logStart
 	for i := range int(n) {

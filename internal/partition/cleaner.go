@@ -153,6 +153,12 @@ func (l *Log) plan() (cleanPlan, error) {
 			p.clean += v.stats.size
 			continue
 		}
+		if l.opts.Replicated && v.stats.next > l.hw.Load() {
+			// A replica cleans only what is committed: a truncation
+			// may still take the rest.
+			p.limit = v.base
+			break
+		}
 		if p.cfg.MinCompactionLagMs > 0 && v.stats.maxTSOffset >= 0 && v.stats.maxTS > p.now-p.cfg.MinCompactionLagMs {
 			p.limit = v.base
 			break
@@ -413,6 +419,10 @@ func (l *Log) cleanSegment(v segView, p cleanPlan, mapEnd int64, km *KeyMap, fir
 		if err != nil {
 			return false, err
 		}
+		// The batch keeps the leader epoch it was written in (outside
+		// the CRC), as Kafka's cleaner does: the leader-epoch cache and
+		// the followers copying it go by it.
+		batch.SetPartitionLeaderEpoch(nb, h.PartitionLeaderEpoch)
 		nh.Length = int32(len(nb) - batch.LogOverhead)
 		nh.NumRecords = int32(len(kept))
 		keep(nh, nb)

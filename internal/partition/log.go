@@ -7,15 +7,22 @@
 // running maximum timestamp, used by reads and by timestamp lookups.
 // Batches are stored as the producer sent them once every record has been
 // validated (as Kafka's LogValidator does); only the base offset and the
-// partition leader epoch (set to 0), both outside the CRC, are patched,
-// and for LogAppendTime topics, or a header whose MaxTimestamp is not its
-// records' largest, the timestamp with its CRC. Fetches return stored
-// bytes unchanged.
+// partition leader epoch (the newest in the leader-epoch cache, 0 on a
+// single node), both outside the CRC, are patched, and for LogAppendTime
+// topics, or a header whose MaxTimestamp is not its records' largest, the
+// timestamp with its CRC. Fetches return stored bytes unchanged.
 //
 // Appends are serialized; reads run concurrently with them and never see a
-// batch before it is completely written: the high watermark and segment
+// batch before it is completely written: the log end offset and segment
 // sizes are published only after the bytes are in the file. Reads use
 // pread on the segment files, so memory does not grow with stored data.
+//
+// A replica of a replicated partition (Options.Replicated) keeps its high
+// watermark apart from its log end: consumers read below the former
+// (Read), followers fetching from it up to the latter (ReadReplica). It
+// keeps Kafka's leader-epoch cache ("leader-epoch-checkpoint", epochs.go),
+// appends a leader's batches as they are (AppendReplicated) and drops a
+// diverging tail (TruncateTo, truncate.go).
 //
 // A topic's Config drives the log's life: the active segment rolls by size
 // and age, EnforceRetention deletes the oldest segments by age and size and
@@ -24,8 +31,9 @@
 //
 // Each partition keeps a recovery checkpoint ("recovery-checkpoint"): the
 // offset below which every record is known to be fsynced, the log start
-// offset, where the cleaner stopped, and any offset ranges an operator
-// chose to set aside. It is rewritten when a segment is rolled, when the
+// offset, where the cleaner stopped, any offset ranges an operator chose
+// to set aside, and for a replica its high watermark and any truncation in
+// progress. It is rewritten when a segment is rolled, when the
 // log start moves, after a clean, on Checkpoint (called periodically by
 // the broker) and on Close, so a clean shutdown leaves a recovery point at
 // the log end. Idempotent-producer state is snapshotted ("<offset>.snapshot")
@@ -121,12 +129,18 @@ type Log struct {
 	waitCh chan struct{}
 	closed bool
 
-	hw    atomic.Int64 // next offset; single node, so high watermark == log end
+	// leo is the log end offset, the offset the next record gets; hw is
+	// the high watermark, below which consumers read: leo on a single
+	// node, what SetHighWatermark gave for a replica (Options.Replicated).
+	// Both move under mu.
+	leo   atomic.Int64
+	hw    atomic.Int64
 	start atomic.Int64
 	dirty atomic.Bool // appended since the last fsync
 
-	// syncMu serializes SyncTo's fsyncs; synced is the offset below which
-	// every record is known to be fsynced.
+	// syncMu serializes the fsyncs of Sync and SyncTo, and TruncateTo,
+	// which lowers synced; synced is the offset below which every record
+	// is known to be fsynced.
 	syncMu sync.Mutex
 	synced atomic.Int64
 
@@ -165,6 +179,20 @@ type Log struct {
 	snapshotAt int64
 
 	reads readHints // where recent reads ended (readhint.go)
+
+	// epochMu guards the leader-epoch cache (epochs.go) and serializes
+	// its edits with the file's writes.
+	epochMu sync.Mutex
+	epochs  epochCache
+	// stamp is the epoch appends stamp in their batches: the newest
+	// cached one, 0 with an empty cache (stampKnown false), when the
+	// first append records {0, its offset} (guarded by wmu).
+	stamp      int32
+	stampKnown bool
+
+	// stopAt, set by tests only, stops a TruncateTo at the named step
+	// when it returns true, as a crash there would (truncate.go).
+	stopAt func(step string) bool
 }
 
 // tickerFor creates the ticker driving SyncInterval fsyncs; tests replace
@@ -179,7 +207,10 @@ var tickerFor = func(d time.Duration) (<-chan time.Time, func()) {
 // last segment (logging what was dropped), refuses damage anywhere else
 // with an error wrapping ErrDamaged (or sets it aside, see
 // Options.QuarantineDir), rebuilds any missing or stale index and replays
-// producer state from batch headers.
+// producer state from batch headers. It loads the leader-epoch cache,
+// dropping the epochs past the log end; without its file, it rebuilds it
+// from the batch headers; an unreadable one is refused (or set aside). A
+// truncation that a stop interrupted is finished (truncate.go).
 func Open(dir string, opts Options) (*Log, error) {
 	opts = opts.withDefaults()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -196,24 +227,51 @@ func Open(dir string, opts Options) (*Log, error) {
 	l.maxCache.batchOffset = -1
 	l.cfg.Store(opts.Config)
 	l.tombstoneDue.Store(math.MaxInt64)
-	if err := l.recover(); err != nil {
+	// The leader-epoch cache is read before anything changes, so that an
+	// unreadable one refuses the open with the directory as it was.
+	epochs, haveEpochs, err := readEpochFile(dir)
+	var bad *DamageError
+	if errors.As(err, &bad) && opts.QuarantineDir != "" {
+		if err = quarantineFile(opts.QuarantineDir, bad.File); err == nil {
+			l.log.Error("moved an unreadable leader-epoch checkpoint to the quarantine; the cache is rebuilt from the batch headers",
+				"file", bad.File, "reason", bad.Reason, "quarantine", opts.QuarantineDir)
+		}
+	}
+	if err == nil {
+		err = l.recover()
+	}
+	if err == nil {
+		l.start.Store(max(l.cp.logStart, l.segs[0].base))
+		last := l.segs[len(l.segs)-1]
+		l.leo.Store(last.stats.next)
+		l.hw.Store(last.stats.next)
+		if opts.Replicated {
+			// A replica's high watermark is the one it last
+			// checkpointed (none in a checkpoint from before: 0), never
+			// past its end.
+			l.hw.Store(min(l.cp.hw, last.stats.next))
+		}
+		// Only the recovery point is known durable: what lies past it
+		// was read back from the page cache and still needs an fsync.
+		l.synced.Store(l.cp.recoveryPoint)
+		l.dirty.Store(l.cp.recoveryPoint < last.stats.next)
+		err = l.loadEpochs(epochs, haveEpochs)
+	}
+	if err == nil && l.cp.truncating {
+		err = l.finishTruncation()
+	}
+	if err != nil {
 		for _, s := range l.segs {
 			s.close()
 		}
+		l.closeRetired(true)
 		return nil, err
 	}
-	l.start.Store(max(l.cp.logStart, l.segs[0].base))
 	if l.cp.cleanedTo > 0 {
 		// When the kept tombstones fall due is not kept across a stop:
 		// the first clean after a start finds out.
 		l.tombstoneDue.Store(0)
 	}
-	last := l.segs[len(l.segs)-1]
-	l.hw.Store(last.stats.next)
-	// Only the recovery point is known durable: what lies past it was
-	// read back from the page cache and still needs an fsync.
-	l.synced.Store(l.cp.recoveryPoint)
-	l.dirty.Store(l.cp.recoveryPoint < last.stats.next)
 	if opts.Sync == SyncInterval {
 		tick, stop := tickerFor(opts.SyncInterval)
 		l.syncerWG.Add(1)
@@ -331,10 +389,15 @@ func (l *Log) Checkpoint() error {
 // checkpointLocked writes the checkpoint if it changed; caller holds cpMu.
 func (l *Log) checkpointLocked() error { return l.recordLocked(l.cp) }
 
-// recordLocked makes c, with the current recovery point, the checkpoint
-// on disk unless it already is; caller holds cpMu.
+// recordLocked makes c, with the current recovery point (and a replica's
+// high watermark), the checkpoint on disk unless it already is; caller
+// holds cpMu.
 func (l *Log) recordLocked(c checkpoint) error {
 	c.recoveryPoint = max(l.synced.Load(), c.logStart)
+	c.hw, c.hasHW = 0, l.opts.Replicated
+	if l.opts.Replicated {
+		c.hw = l.hw.Load()
+	}
 	if l.cpOnDisk && c.equal(l.cp) {
 		return nil
 	}
@@ -405,10 +468,10 @@ func (l *Log) SyncTo(end int64) error {
 	if l.synced.Load() >= end {
 		return nil
 	}
-	// Everything below the high watermark has been written. Segments
-	// before the active one were fsynced when they were rolled, so one
-	// fsync of the active segment covers it all.
-	target := l.hw.Load()
+	// Everything below the log end has been written. Segments before
+	// the active one were fsynced when they were rolled, so one fsync of
+	// the active segment covers it all.
+	target := l.leo.Load()
 	f, err := l.activeFile()
 	if err != nil {
 		return err
@@ -528,7 +591,7 @@ func (l *Log) append(batches [][]byte, syncInline, owned bool) (AppendResult, er
 
 	// Producer checks run against copies so a rejected call leaves the
 	// state untouched.
-	next := l.hw.Load()
+	next := l.leo.Load()
 	var pending map[int64]*producerEntry
 	for i, c := range checks {
 		h := c.h
@@ -568,10 +631,19 @@ func (l *Log) append(batches [][]byte, syncInline, owned bool) (AppendResult, er
 		}
 	}
 
+	// The first append of a log with no leader epoch records epoch 0 at
+	// its offset, before the records that carry it.
+	if !l.stampKnown {
+		if err := l.startEpochZero(); err != nil {
+			return AppendResult{}, err
+		}
+	}
+
 	// Build the write: one buffer, offsets patched in the copy; or, for
 	// a single batch the caller handed over, the batch itself, patched
 	// in place.
-	first := l.hw.Load()
+	first := l.leo.Load()
+	stamp := l.stamp
 	inPlace := owned && len(batches) == 1
 	var buf []byte
 	if !inPlace {
@@ -588,7 +660,7 @@ func (l *Log) append(batches [][]byte, syncInline, owned bool) (AppendResult, er
 			b = buf[start:]
 		}
 		batch.SetBaseOffset(b, off)
-		batch.SetPartitionLeaderEpoch(b, 0)
+		batch.SetPartitionLeaderEpoch(b, stamp)
 		c := checks[i]
 		if c.fixTS {
 			batch.SetMaxTimestamp(b, c.maxTS, cfg.LogAppendTime)
@@ -641,12 +713,14 @@ func (l *Log) append(batches [][]byte, syncInline, owned bool) (AppendResult, er
 	seg.sealed = nil // the active segment of a clean start grows again
 	seg.stats = stats
 	seg.entries = append(seg.entries, newEntries...)
-	l.hw.Store(off)
+	l.leo.Store(off)
+	if !l.opts.Replicated {
+		l.hw.Store(off)
+	}
 	if syncInline {
 		l.advanceSynced(off)
 	}
-	close(l.waitCh)
-	l.waitCh = make(chan struct{})
+	l.wakeLocked()
 	l.mu.Unlock()
 
 	res.BaseOffset, res.LastOffset = first, off-1
@@ -732,17 +806,48 @@ func (l *Log) roll() (*segment, error) {
 	return s, nil
 }
 
-// HighWatermark is the offset the next appended record will get. On a
-// single node every appended record is committed, so it is also the log
-// end offset.
+// HighWatermark is the offset below which records are committed, the
+// end of what consumers read (Read). On a single node every appended
+// record is committed, so it is the log end offset; a replica's
+// (Options.Replicated) is what SetHighWatermark last gave.
 func (l *Log) HighWatermark() int64 { return l.hw.Load() }
+
+// LogEndOffset is the offset the next appended record will get (LEO).
+func (l *Log) LogEndOffset() int64 { return l.leo.Load() }
+
+// SetHighWatermark moves a replica's high watermark up to hw, at most to
+// the log end offset, and wakes the waiters of Wait. A value below the
+// current one is ignored: only TruncateTo lowers it. On a single node the
+// high watermark is the log end already, and this changes nothing. The
+// new value is made durable with the next checkpoint (Checkpoint, a
+// roll, Close), so after a crash a replica may start from a lower one,
+// never a higher one.
+func (l *Log) SetHighWatermark(hw int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	if hw = min(hw, l.leo.Load()); hw > l.hw.Load() {
+		l.hw.Store(hw)
+		l.wakeLocked()
+	}
+}
+
+// wakeLocked releases the waiters of Wait; caller holds mu.
+func (l *Log) wakeLocked() {
+	close(l.waitCh)
+	l.waitCh = make(chan struct{})
+}
 
 // LogStartOffset is the first offset still in the log.
 func (l *Log) LogStartOffset() int64 { return l.start.Load() }
 
-// Wait returns a channel closed by the next successful append (or by
-// Close), so a fetch at the log end can wait without polling. Take the
-// channel before checking HighWatermark to avoid missing an append.
+// Wait returns a channel closed by the next change of the log end offset
+// or the high watermark (an append, SetHighWatermark, TruncateTo) or by
+// Close, so a fetch at the end can wait without polling: a consumer at
+// the high watermark, a follower at the log end. Take the channel before
+// checking HighWatermark (or LogEndOffset) to avoid missing a change.
 func (l *Log) Wait() <-chan struct{} {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -833,12 +938,28 @@ func findBatch(v segView, offset int64) (int64, batch.Header, bool, error) {
 // the gap.
 // Reading at the high watermark returns an empty, non-nil slice; offsets
 // below LogStartOffset or above HighWatermark are ErrOffsetOutOfRange.
+// No batch starting at or past the high watermark is returned (a
+// replica's high watermark falls between batches, as followers copy
+// whole batches).
 func (l *Log) Read(offset int64, maxBytes int32, minOneBatch bool) ([]byte, error) {
-	hw, start := l.hw.Load(), l.start.Load()
-	if offset < start || offset > hw {
-		return nil, errorf(ErrOffsetOutOfRange, "offset %d not in [%d, %d]", offset, start, hw)
+	return l.read(offset, maxBytes, minOneBatch, l.hw.Load())
+}
+
+// ReadReplica is Read for a follower's fetch: bounded by the log end
+// offset instead of the high watermark, and with the first batch always
+// returned whole however large (as Kafka reads for replicas).
+func (l *Log) ReadReplica(offset int64, maxBytes int32) ([]byte, error) {
+	return l.read(offset, maxBytes, true, l.leo.Load())
+}
+
+// read is Read up to bound: offsets past it are out of range, and batches
+// starting at or past it are left out.
+func (l *Log) read(offset int64, maxBytes int32, minOneBatch bool, bound int64) ([]byte, error) {
+	start := l.start.Load()
+	if offset < start || offset > bound {
+		return nil, errorf(ErrOffsetOutOfRange, "offset %d not in [%d, %d]", offset, start, bound)
 	}
-	if offset == hw {
+	if offset == bound {
 		return []byte{}, nil
 	}
 	from := offset
@@ -880,11 +1001,12 @@ func (l *Log) Read(offset int64, maxBytes int32, minOneBatch bool) ([]byte, erro
 			n = first
 		}
 	}
-	// Cut after the last batch that fits whole.
+	// Cut after the last batch that fits whole and starts below the
+	// bound (the segment may have grown since the bound was read).
 	end, last := int64(0), int64(-1)
 	for end+batch.LogOverhead <= n {
 		sz := batch.LogOverhead + int64(int32(beUint32(buf[end+8:])))
-		if sz < batch.HeaderLen || end+sz > n {
+		if sz < batch.HeaderLen || end+sz > n || int64(beUint64(buf[end:])) >= bound {
 			break
 		}
 		last = end
@@ -927,6 +1049,10 @@ func (l *Log) locate(offset int64) (v segView, pos, first int64, err error) {
 		// this segment: read on from the next one.
 		offset = v.stats.next
 	}
+}
+
+func beUint64(b []byte) uint64 {
+	return uint64(beUint32(b))<<32 | uint64(beUint32(b[4:]))
 }
 
 func beUint32(b []byte) uint32 {
@@ -1053,9 +1179,13 @@ func (l *Log) Sync() error {
 	if !l.dirty.Swap(false) {
 		return nil
 	}
-	// Appends publish the high watermark after writing their bytes, so
+	// Serialized with SyncTo and TruncateTo, which must not see the
+	// recovery point move past an end it lowered.
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	// Appends publish the log end after writing their bytes, so
 	// everything below target is in the file the fsync covers.
-	target := l.hw.Load()
+	target := l.leo.Load()
 	f, err := l.activeFile()
 	if err != nil {
 		return err
@@ -1112,7 +1242,7 @@ func (l *Log) Close() error {
 	} else {
 		// Everything is fsynced: the checkpoint written now is the
 		// clean-shutdown mark, and the next Open checks no CRCs.
-		l.advanceSynced(l.hw.Load())
+		l.advanceSynced(l.leo.Load())
 		l.cpMu.Lock()
 		if err := l.checkpointLocked(); err != nil {
 			errs = append(errs, err)
@@ -1124,7 +1254,7 @@ func (l *Log) Close() error {
 			errs = append(errs, err)
 		} else if err := act.seal(); err != nil {
 			errs = append(errs, err)
-		} else if err := l.writeSnapshot(l.hw.Load()); err != nil {
+		} else if err := l.writeSnapshot(l.leo.Load()); err != nil {
 			errs = append(errs, err)
 		}
 	}

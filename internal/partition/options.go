@@ -93,6 +93,13 @@ type Options struct {
 	// produce costs. Compacted topics still decode every record, since
 	// their cleaner needs each record's key.
 	HeaderOnlyCompressed bool
+	// Replicated makes the log a replica of a replicated partition: its
+	// high watermark is no longer the log end but what the replica
+	// machine publishes with SetHighWatermark (kept in the recovery
+	// checkpoint, so it survives a restart), and consumers read below it
+	// only. False, a single node's log, keeps the high watermark at the
+	// log end after every append and truncation.
+	Replicated bool
 }
 
 func (o Options) withDefaults() Options {

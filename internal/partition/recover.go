@@ -137,6 +137,14 @@ func (l *Log) recover() error {
 	if err != nil {
 		return err
 	}
+	if haveCP && cp.truncating {
+		// A truncation was recorded and a stop came before it was
+		// done: what lies past it goes first (finishTruncation does
+		// the rest once the segments are read).
+		if bases, err = l.prepareTruncation(cp, bases); err != nil {
+			return err
+		}
+	}
 	if !haveCP {
 		if len(bases) == 0 {
 			s, err := l.createSegment(0)

@@ -87,17 +87,23 @@ func (l *Log) DeleteRecords(offset int64) (int64, error) {
 
 // setLogStart records a new log start offset in the checkpoint and only
 // then publishes it: after a crash the start holds and the deletion of the
-// segments below it is finished. Caller holds maintMu.
+// segments below it is finished. The leader-epoch cache then drops the
+// epochs wholly below it (Kafka's truncateFromStart; after a crash in
+// between, Open does). Caller holds maintMu.
 func (l *Log) setLogStart(offset int64) error {
 	l.cpMu.Lock()
-	defer l.cpMu.Unlock()
 	c := l.cp
 	c.logStart = offset
 	c.normalize()
 	if err := l.recordLocked(c); err != nil {
+		l.cpMu.Unlock()
 		return fmt.Errorf("recording log start offset %d: %w", offset, err)
 	}
 	l.start.Store(offset)
+	l.cpMu.Unlock()
+	if err := l.editEpochs(func(c *epochCache) (bool, error) { return c.truncateFromStart(offset), nil }); err != nil {
+		l.log.Warn("cutting the leader-epoch cache at the log start; the next start does", "offset", offset, "err", err)
+	}
 	return nil
 }
 
@@ -174,6 +180,14 @@ func (l *Log) EnforceRetention() (RetentionResult, error) {
 			k++
 		}
 		n = max(n, k)
+	}
+	if l.opts.Replicated {
+		// A replica deletes only what is committed: segments wholly
+		// below the high watermark (Kafka's deletableSegments).
+		hw := l.hw.Load()
+		for n > 0 && views[n-1].stats.next > hw {
+			n--
+		}
 	}
 	if n == 0 {
 		return res, nil
