@@ -229,20 +229,20 @@ func (c *checker) acked(p *proc, tp view.TP, pp *pendingProduce) {
 		}
 		exp, ok := w.model.LeaseExpiry(id)
 		if !ok || !exp.After(w.now) {
-			w.fail(ckLeaseFence, fmt.Sprintf("node %d.%d acknowledged %s %d..%d at epoch %d, but etcd no longer has its lease %x (expiry %v, known %v)",
+			w.failOn(ckLeaseFence, []view.TP{tp}, fmt.Sprintf("node %d.%d acknowledged %s %d..%d at epoch %d, but etcd no longer has its lease %x (expiry %v, known %v)",
 				p.n.id, p.inc, w.tpName(tp), pp.base, pp.end, pp.epoch, int64(id), w.since(exp), ok))
 			return
 		}
 	}
 	if c.on(ckAckEpoch) {
 		if by, ok := pc.ackEpochs[pp.epoch]; ok && by.node != p.n.id {
-			w.fail(ckAckEpoch, fmt.Sprintf("%s: node %d acknowledged at leader epoch %d, at which node %d acknowledged already", w.tpName(tp), p.n.id, pp.epoch, by.node))
+			w.failOn(ckAckEpoch, []view.TP{tp}, fmt.Sprintf("%s: node %d acknowledged at leader epoch %d, at which node %d acknowledged already", w.tpName(tp), p.n.id, pp.epoch, by.node))
 			return
 		}
 		for e, by := range pc.ackEpochs {
 			if e > pp.epoch && by.node != p.n.id {
 				if pp.acksAll && by.acksAll {
-					w.fail(ckAckEpoch, fmt.Sprintf("%s: node %d.%d acknowledged acks=all %d..%d at leader epoch %d after node %d acknowledged acks=all at epoch %d",
+					w.failOn(ckAckEpoch, []view.TP{tp}, fmt.Sprintf("%s: node %d.%d acknowledged acks=all %d..%d at leader epoch %d after node %d acknowledged acks=all at epoch %d",
 						w.tpName(tp), p.n.id, p.inc, pp.base, pp.end, pp.epoch, by.node, e))
 					return
 				}
@@ -273,9 +273,9 @@ func hasAll(l *diskLog, pp *pendingProduce) (bool, string) {
 	return true, ""
 }
 
-// leaderStarted: (1) a replica that starts leading has every covered
-// acknowledged record.
-func (c *checker) leaderStarted(p *proc, s *slot, epoch int32) {
+// leaderActs: (1) a leader that first acknowledges or serves a fetch at
+// an epoch has every covered record acknowledged before it.
+func (c *checker) leaderActs(p *proc, s *slot, epoch int32) {
 	w := c.w
 	if !c.on(ckAckedLost) {
 		return
@@ -283,13 +283,12 @@ func (c *checker) leaderStarted(p *proc, s *slot, epoch int32) {
 	pc := c.parts[s.tp]
 	for _, pp := range pc.acked {
 		// A leader of epoch e owes the records acknowledged before it:
-		// at lower epochs. (A node may start an epoch its view shows late,
-		// after a newer one acknowledged; it is fenced.)
+		// at lower epochs.
 		if !pc.covered(pp) || pp.epoch >= epoch {
 			continue
 		}
 		if ok, why := hasAll(s.log, pp); !ok {
-			w.fail(ckAckedLost, fmt.Sprintf("%s: node %d.%d leads epoch %d without records %d..%d acknowledged acks=all by node %d at epoch %d at %s: %s",
+			w.failOn(ckAckedLost, []view.TP{s.tp}, fmt.Sprintf("%s: node %d.%d acts as leader of epoch %d without records %d..%d acknowledged acks=all by node %d at epoch %d at %s: %s",
 				w.tpName(s.tp), p.n.id, p.inc, epoch, pp.base, pp.end, pp.node, pp.epoch, w.since(pp.ackedAt), why))
 			return
 		}
@@ -311,7 +310,7 @@ func (c *checker) hwSet(n *node, tp view.TP, l *diskLog) {
 					w.count("check.agree-excused")
 					continue
 				}
-				w.fail(ckAgree, fmt.Sprintf("%s: node %d holds record %d (epoch %d) at offset %d below its HW %d; the committed record there is %d (epoch %d)",
+				w.failOn(ckAgree, []view.TP{tp}, fmt.Sprintf("%s: node %d holds record %d (epoch %d) at offset %d below its HW %d; the committed record there is %d (epoch %d)",
 					w.tpName(tp), n.id, r.id, r.epoch, off, l.hw, want.id, want.epoch))
 				return
 			}
@@ -360,7 +359,7 @@ func (c *checker) clientHW(cl *client, tp view.TP, li leaderInfo, hw int64) {
 			cl.maxHW[tp] = hw
 			return
 		}
-		w.fail(ckClientHW, fmt.Sprintf("%s: client %s told HW %d by node %d (epoch %d), after HW %d", w.tpName(tp), cl.name, hw, li.leader, li.epoch, old))
+		w.failOn(ckClientHW, []view.TP{tp}, fmt.Sprintf("%s: client %s told HW %d by node %d (epoch %d), after HW %d", w.tpName(tp), cl.name, hw, li.leader, li.epoch, old))
 		return
 	}
 	cl.maxHW[tp] = max(cl.maxHW[tp], hw)
@@ -380,7 +379,7 @@ func (c *checker) consumed(cl *client, tp view.TP, li leaderInfo, from int64, re
 					w.count("check.consumed-excused")
 					continue
 				}
-				w.fail(ckConsumedLost, fmt.Sprintf("%s: %s read record %d at offset %d from node %d (epoch %d); %s had read record %d there",
+				w.failOn(ckConsumedLost, []view.TP{tp}, fmt.Sprintf("%s: %s read record %d at offset %d from node %d (epoch %d); %s had read record %d there",
 					w.tpName(tp), cl.name, r.id, off, li.leader, li.epoch, pc.readBy[off], id))
 				return
 			}
@@ -397,6 +396,7 @@ func (c *checker) final() {
 	w := c.w
 	if c.on(ckLiveness) {
 		var bad []string
+		var badTPs []view.TP
 		for _, n := range w.nodes {
 			if !c.etcd.Alive(n.id) {
 				bad = append(bad, fmt.Sprintf("node %d is not registered", n.id))
@@ -410,13 +410,14 @@ func (c *checker) final() {
 			}
 			for _, cl := range w.clients {
 				if cl.name[0] == 'q' && cl.probeTP == tp && !cl.probeOK {
+					badTPs = append(badTPs, tp)
 					bad = append(bad, fmt.Sprintf("%s: no acks=all produce succeeded in the %v after the probes started (leader %d epoch %d isr %v, min.insync %d)",
 						w.tpName(tp), w.p.liveFor, st.Leader, st.LeaderEpoch, st.ISR, pc.minISR))
 				}
 			}
 		}
 		if len(bad) > 0 {
-			w.fail(ckLiveness, strings.Join(bad, "; ")+"\n"+c.describe())
+			w.failOn(ckLiveness, badTPs, strings.Join(bad, "; ")+"\n"+c.describe())
 			return
 		}
 	}
@@ -439,7 +440,7 @@ func (c *checker) final() {
 				}
 				w.count("check.acked-final")
 				if ok, why := hasAll(leaderLog, pp); !ok {
-					w.fail(ckAckedLost, fmt.Sprintf("%s: the leader %d (epoch %d) lacks records %d..%d acknowledged acks=all by node %d at epoch %d at %s: %s",
+					w.failOn(ckAckedLost, []view.TP{tp}, fmt.Sprintf("%s: the leader %d (epoch %d) lacks records %d..%d acknowledged acks=all by node %d at epoch %d at %s: %s",
 						w.tpName(tp), st.Leader, st.LeaderEpoch, pp.base, pp.end, pp.node, pp.epoch, w.since(pp.ackedAt), why))
 					return
 				}
@@ -448,7 +449,7 @@ func (c *checker) final() {
 		if leaderLog != nil && c.on(ckConsumedLost) && !pc.excused {
 			for off, id := range pc.consumed {
 				if off >= leaderLog.leo() || leaderLog.recs[off].id != id {
-					w.fail(ckConsumedLost, fmt.Sprintf("%s: record %d read at offset %d by %s is not in the leader %d's log (%s)",
+					w.failOn(ckConsumedLost, []view.TP{tp}, fmt.Sprintf("%s: record %d read at offset %d by %s is not in the leader %d's log (%s)",
 						w.tpName(tp), id, off, pc.readBy[off], st.Leader, leaderLog))
 					return
 				}
@@ -462,7 +463,7 @@ func (c *checker) final() {
 				}
 				for off := int64(0); off < min(l.hw, int64(len(pc.committed))); off++ {
 					if l.recs[off] != pc.committed[off] {
-						w.fail(ckAgree, fmt.Sprintf("%s: node %d holds record %v at offset %d below its HW %d; committed is %v",
+						w.failOn(ckAgree, []view.TP{tp}, fmt.Sprintf("%s: node %d holds record %v at offset %d below its HW %d; committed is %v",
 							w.tpName(tp), n.id, l.recs[off], off, l.hw, pc.committed[off]))
 						return
 					}

@@ -288,6 +288,9 @@ func (q *proc) handleConsumerFetch(tp view.TP, epoch int32, from int64) consumer
 	if err != nil {
 		return consumerFetch{err: err}
 	}
+	if !q.live() && q.wiped {
+		w.mark(tp, knownStaleLeader)
+	}
 	if from > s.log.leo() {
 		return consumerFetch{err: kerr.OffsetOutOfRange}
 	}

@@ -51,12 +51,13 @@ type proc struct {
 	kv   *kvmodel.Client
 
 	dead, paused bool
+	wiped        bool     // it started on a lost disk
 	deferred     []func() // what arrived while paused, in order
 	fault        kvmodel.Fault
 	parked       []*etcdCall // calls hanging under HangCalls
 
-	watch     <-chan kv.WatchEvent
-	stopWatch context.CancelFunc
+	watch       <-chan kv.WatchEvent
+	stopWatch   context.CancelFunc
 	watchGen    int
 	watchLast   time.Time
 	watchRev    int64 // the last revision read from the watch

@@ -27,6 +27,19 @@ type slot struct {
 	nextID  replica.RequestID
 	timer   func() bool
 	timerAt time.Time
+
+	epoch int32 // the last epoch it started leading
+	acted bool  // it has acted as leader of it
+}
+
+// acts: the first time a leader acknowledges a produce or answers a
+// follower's fetch at an epoch, it must hold every acknowledged record of
+// the epochs before (checker (1)).
+func (s *slot) acts() {
+	if !s.acted {
+		s.acted = true
+		s.p.w.chk.leaderActs(s.p, s, s.epoch)
+	}
 }
 
 // pendingProduce is a produce appended by this node as leader, waiting
@@ -151,11 +164,14 @@ func (s *slot) step(ev replica.Event) *replica.FetchAnswer {
 				s.log.assign(e.Epoch, e.Offset)
 				w.count("run.leader-epochs-started")
 				w.logf("node %d.%d: %s leads epoch %d from %d (%s)", p.n.id, p.inc, w.tpName(s.tp), e.Epoch, e.Offset, s.log)
-				w.chk.leaderStarted(p, s, e.Epoch)
+				s.epoch, s.acted = e.Epoch, false
 			case replica.SetHW:
 				s.log.hw = e.HW
 				w.chk.hwSet(p.n, s.tp, s.log)
 			case replica.Ack:
+				if e.Err == nil {
+					s.acts()
+				}
 				if pp, ok := s.acks[e.ID]; ok {
 					delete(s.acks, e.ID)
 					s.acked(pp, e.Err)
@@ -163,6 +179,9 @@ func (s *slot) step(ev replica.Event) *replica.FetchAnswer {
 			case replica.WriteISR:
 				s.writeISR(e)
 			case replica.FetchAnswer:
+				if e.Err == nil {
+					s.acts()
+				}
 				answer = &e
 			case replica.AskEpoch:
 				p.fetcher(e.Leader).ask(epochAsk{tp: s.tp, leaderEpoch: e.LeaderEpoch, epoch: e.Epoch})
@@ -399,6 +418,9 @@ func (f *fetcher) doFetch(wants []fetchWant, then func()) {
 			}
 			r := res[i]
 			if r.err != nil {
+				if errors.Is(r.err, kerr.OffsetOutOfRange) {
+					w.mark(x.tp, knownOutOfRange)
+				}
 				w.vlogf("node %d.%d: %s fetch from %d at %d (epoch %d): %v", p.n.id, p.inc, w.tpName(x.tp), f.leader, x.offset, x.leaderEpoch, r.err)
 				s.step(replica.FetchFailed{LeaderEpoch: x.leaderEpoch, Err: r.err})
 				continue
@@ -482,6 +504,12 @@ var (
 
 // The leader's side.
 
+// live reports whether the process holds a lease live by the machines'
+// rule (now < deadline - margin).
+func (q *proc) live() bool {
+	return q.w.now.Before(q.leaseDeadline().Add(-q.w.p.session / 10))
+}
+
 // serveEpochs answers OffsetForLeaderEpoch: the leader's epoch cache,
 // after CheckLeaderEpoch.
 func (q *proc) serveEpochs(asks []epochAsk) []epochResult {
@@ -499,6 +527,9 @@ func (q *proc) serveEpochs(asks []epochAsk) []epochResult {
 		e, end, ok := s.log.EndOffsetFor(a.epoch)
 		if !ok {
 			e, end = -1, -1
+		}
+		if !q.live() && q.wiped {
+			q.w.mark(a.tp, knownStaleLeader)
 		}
 		out[i] = epochResult{epoch: e, end: end}
 	}

@@ -69,7 +69,28 @@ type Failure struct {
 	Tail  []string      // the last trace lines
 	Bug   string        // the broken rule, if any (for the replay command)
 	Only  string
+	// Known names the known bug outside this package that the run hit on
+	// the failing partitions before it failed (see KnownBugs); empty if
+	// none did.
+	Known string
 }
+
+// KnownBugs are bugs found outside this package (in internal/replica and
+// internal/cluster), which the simulator recognises by what happened on
+// a partition before a checker failed on it. TestSim reports failures
+// they explain apart, and fails on them only with -strict.
+var KnownBugs = map[string]string{
+	knownStaleLeader: "a process that holds no live lease answers consumers and OffsetForLeaderEpoch as the leader its predecessor was " +
+		"(ClientHW and CheckLeaderEpoch do not look at the lease; a restarted node takes its old leadership from the listing), " +
+		"so after a lost disk clients are told HW 0 and followers truncate to an empty log",
+	knownOutOfRange: "a follower whose fetch offset is past the leader's log end (its HW above the LEO of a leader that lost its disk) " +
+		"asks OffsetForLeaderEpoch, truncates to its HW and fetches out of range again, forever: it never rejoins the ISR",
+}
+
+const (
+	knownStaleLeader = "K1-stale-leader-serves-without-lease"
+	knownOutOfRange  = "K2-follower-out-of-range-forever"
+)
 
 // ReplayCommand is the command that replays a seed.
 func ReplayCommand(seed uint64, bug, only string) string {
@@ -86,6 +107,9 @@ func ReplayCommand(seed uint64, bug, only string) string {
 func (f *Failure) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d: checker %q failed at %v: %s\n", f.Seed, f.Check, f.At, f.Msg)
+	if f.Known != "" {
+		fmt.Fprintf(&b, "known bug %s: %s\n", f.Known, KnownBugs[f.Known])
+	}
 	fmt.Fprintf(&b, "last %d trace lines:\n", len(f.Tail))
 	for _, l := range f.Tail {
 		b.WriteString("  ")
@@ -201,6 +225,7 @@ type world struct {
 	diskLostOnce bool
 	cuts         map[[2]int32]int // how many partitions cut each pair
 	healed       bool
+	marks        map[view.TP]map[string]bool // known bugs seen on each partition
 
 	done    bool
 	failure *Failure
@@ -223,6 +248,7 @@ func Run(opts Options) (res Result) {
 		verbose: opts.KeepTrace,
 		keys:    meta.NewKeys(prefix),
 		cuts:    map[[2]int32]int{},
+		marks:   map[view.TP]map[string]bool{},
 	}
 	defer func() {
 		if r := recover(); r != nil {
@@ -322,6 +348,43 @@ func (w *world) vlogf(format string, args ...any) {
 }
 
 func (w *world) count(k string) { w.stats[k]++ }
+
+// mark notes that a known bug showed on tp.
+func (w *world) mark(tp view.TP, known string) {
+	m := w.marks[tp]
+	if m == nil {
+		m = map[string]bool{}
+		w.marks[tp] = m
+	}
+	if !m[known] {
+		m[known] = true
+		w.count("known." + known)
+		w.logf("known bug %s shows on %s", known, w.tpName(tp))
+	}
+}
+
+// failOn records a violation on the partitions tps, recognising a known
+// bug that showed on every one of them.
+func (w *world) failOn(check string, tps []view.TP, msg string) {
+	w.fail(check, msg)
+	if w.failure == nil || w.failure.Check != check || len(tps) == 0 {
+		return
+	}
+	k := knownStaleLeader
+	if check == ckLiveness {
+		k = knownOutOfRange
+	}
+	{
+		all := true
+		for _, tp := range tps {
+			all = all && w.marks[tp][k]
+		}
+		if all {
+			w.failure.Known = k
+			return
+		}
+	}
+}
 
 // fail records the first violation and stops the run.
 func (w *world) fail(check, msg string) {
