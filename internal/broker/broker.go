@@ -141,6 +141,12 @@ type Broker struct {
 	offsetsTopic    *OffsetsTopic
 	pendingCleanups []string
 	offsetsCreated  atomic.Bool
+
+	// replicas are the open replica logs of a cluster's partitions
+	// (replicas.go); repClosed refuses new ones once Close began.
+	repMu     sync.Mutex
+	replicas  map[ReplicaKey]replicaLog
+	repClosed bool
 }
 
 // producerIDBlock is how many producer ids are reserved per durable write:
@@ -204,10 +210,11 @@ func openLocked(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		topics: make(map[string]*Topic),
-		byID:   make(map[TopicID]*Topic),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		topics:   make(map[string]*Topic),
+		byID:     make(map[TopicID]*Topic),
+		replicas: make(map[ReplicaKey]replicaLog),
 	}
 	metaPath := filepath.Join(cfg.DataDir, metaName)
 	m, ok, err := readMeta(cfg.DataDir)
@@ -716,9 +723,9 @@ func (b *Broker) NextProducerID() (int64, error) {
 // partition.Log.Checkpoint); the broker calls it every CheckpointInterval.
 func (b *Broker) CheckpointLogs() error {
 	var errs []error
-	for _, t := range b.Topics() {
-		for _, l := range t.Partitions() {
-			errs = append(errs, l.Checkpoint())
+	for _, nl := range b.allLogs() {
+		if err := nl.log.Checkpoint(); !errors.Is(err, partition.ErrClosed) {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
@@ -749,9 +756,10 @@ func (b *Broker) Close() error {
 		<-b.checkpointsDone
 		b.maintenance.Wait()
 	})
+	rerr := b.closeReplicas()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return errors.Join(b.closeAll(), b.lock.Release())
+	return errors.Join(rerr, b.closeAll(), b.lock.Release())
 }
 
 func (b *Broker) closeAll() error {

@@ -24,20 +24,18 @@ const (
 // does every RetentionCheckInterval; it returns the segments deleted.
 func (b *Broker) EnforceRetention() int {
 	deleted := 0
-	for _, t := range b.Topics() {
-		for p, l := range t.Partitions() {
-			res, err := l.EnforceRetention()
-			if err != nil && !errors.Is(err, partition.ErrClosed) {
-				b.log.Warn("retention", "topic", t.Name, "partition", p, "err", err)
-			}
-			if res.Segments > 0 {
-				b.log.Info("retention deleted segments", "topic", t.Name, "partition", p,
-					"segments", res.Segments, "bytes", res.Bytes, "log_start", res.LogStart)
-			}
-			deleted += res.Segments
-			if n := l.ExpireProducers(); n > 0 {
-				b.log.Info("expired idempotent producers", "topic", t.Name, "partition", p, "producers", n)
-			}
+	for _, nl := range b.allLogs() {
+		res, err := nl.log.EnforceRetention()
+		if err != nil && !errors.Is(err, partition.ErrClosed) {
+			b.log.Warn("retention", "topic", nl.topic, "partition", nl.part, "err", err)
+		}
+		if res.Segments > 0 {
+			b.log.Info("retention deleted segments", "topic", nl.topic, "partition", nl.part,
+				"segments", res.Segments, "bytes", res.Bytes, "log_start", res.LogStart)
+		}
+		deleted += res.Segments
+		if n := nl.log.ExpireProducers(); n > 0 {
+			b.log.Info("expired idempotent producers", "topic", nl.topic, "partition", nl.part, "producers", n)
 		}
 	}
 	return deleted
@@ -56,11 +54,9 @@ func (b *Broker) CleanLogs(km *partition.KeyMap) int {
 	cleans := 0
 	for {
 		var all []due
-		for _, t := range b.Topics() {
-			for p, l := range t.Partitions() {
-				if ratio, ok := l.Cleanable(); ok {
-					all = append(all, due{t.Name, p, l, ratio})
-				}
+		for _, nl := range b.allLogs() {
+			if ratio, ok := nl.log.Cleanable(); ok {
+				all = append(all, due{nl.topic, nl.part, nl.log, ratio})
 			}
 		}
 		if len(all) == 0 {
