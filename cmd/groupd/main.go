@@ -48,6 +48,7 @@ func rootCmd() *cobra.Command {
 	root.AddCommand(cli.GroupsCmd(), cli.TopicsCmd())
 	root.AddCommand(recoverCmd(), quarantineCmd())
 	root.AddCommand(labCmd())
+	root.AddCommand(devClusterCmd())
 	return root
 }
 
@@ -174,6 +175,7 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&cfg.Group.StormWindow, "rebalance-storm-window", g.StormWindow, "a rebalance is flagged a storm when its trigger came from the same member --rebalance-storm-count times within this window")
 	f.IntVar(&cfg.Group.StormCount, "rebalance-storm-count", g.StormCount, "how many rebalances with the same trigger from the same member within --rebalance-storm-window make a storm")
 	addConsumerGroupFlags(f, &cfg.Group.Consumer)
+	addClusterFlags(f, &cfg.Cluster)
 	f.Var(&cfg.Group.MigrationPolicy, "group-consumer-migration-policy", "whether a running group may change protocol: bidirectional, upgrade (classic to consumer), downgrade (consumer to classic) or disabled (group.consumer.migration.policy); empty groups always may")
 	return cmd
 }

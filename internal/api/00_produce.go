@@ -21,6 +21,9 @@ func init() { register(kmsg.Produce, 3, 13, (*Handler).produce) }
 
 func (h *Handler) produce(_ context.Context, r *server.Request) (kmsg.Response, error) {
 	req := r.Msg.(*kmsg.ProduceRequest)
+	if h.cl != nil {
+		return h.clusterProduce(r, req)
+	}
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 
 	acksOK := req.Acks == 0 || req.Acks == 1 || req.Acks == -1
@@ -171,17 +174,28 @@ func (h *Handler) producePartition(t *broker.Topic, rp kmsg.ProduceRequestTopicP
 	if l == nil {
 		return nil, 0, kerr.UnknownTopicOrPartition
 	}
-	batches, err := batch.Split(rp.Records)
+	end, err := h.appendProduced(l, rp, sp)
 	if err != nil {
 		return nil, 0, err
+	}
+	return l, end, nil
+}
+
+// appendProduced appends a produced batch to l, as leader, without
+// waiting for an fsync; it returns the end offset of the append (which
+// an fsync or the ISR must reach before it is acknowledged).
+func (h *Handler) appendProduced(l *partition.Log, rp kmsg.ProduceRequestTopicPartition, sp *kmsg.ProduceResponseTopicPartition) (int64, error) {
+	batches, err := batch.Split(rp.Records)
+	if err != nil {
+		return 0, err
 	}
 	// Since Produce v3 Kafka takes exactly one batch per partition, so a
 	// producer's batch is the unit of idempotent deduplication.
 	if len(batches) != 1 {
-		return nil, 0, fmt.Errorf("%w: %d batches for one partition; exactly one is allowed", batch.ErrInvalidRecord, len(batches))
+		return 0, fmt.Errorf("%w: %d batches for one partition; exactly one is allowed", batch.ErrInvalidRecord, len(batches))
 	}
 	if hd, err := batch.ParseHeader(batches[0]); err == nil && batch.IsTransactional(hd.Attributes) {
-		return nil, 0, kerr.TransactionalIDAuthorizationFailed
+		return 0, kerr.TransactionalIDAuthorizationFailed
 	}
 	// A duplicate's original may itself still await its fsync: the end
 	// offset covers it either way. The batch is a slice of the request's
@@ -189,12 +203,12 @@ func (h *Handler) producePartition(t *broker.Topic, rp kmsg.ProduceRequestTopicP
 	// patches it in place and writes it without a copy.
 	res, err := l.AppendOwned(batches)
 	if err != nil {
-		return nil, 0, err
+		return 0, err
 	}
 	sp.BaseOffset = res.BaseOffset
 	sp.LogAppendTime = res.LogAppendTime
 	sp.LogStartOffset = l.LogStartOffset()
-	return l, res.LastOffset + 1, nil
+	return res.LastOffset + 1, nil
 }
 
 // produceErrCode maps append failures to the codes a Kafka broker sends.

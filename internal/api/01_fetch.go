@@ -34,6 +34,9 @@ type fetchTarget struct {
 
 func (h *Handler) fetch(ctx context.Context, r *server.Request) (kmsg.Response, error) {
 	req := r.Msg.(*kmsg.FetchRequest)
+	if h.cl != nil && (req.ReplicaID >= 0 || (req.Version >= 15 && req.ReplicaState.ID >= 0)) {
+		return h.clusterReplicaFetch(r, req)
+	}
 	resp := req.ResponseKind().(*kmsg.FetchResponse)
 
 	// Fetch sessions (KIP-227, fetch_session.go) decide which partitions
@@ -206,6 +209,25 @@ func (h *Handler) planFetch(version int16, f *fetchsession.Fetch, resp *kmsg.Fet
 	)
 	for i := range f.Parts {
 		p := &f.Parts[i]
+		if h.cl != nil {
+			var pk fetchPick
+			var readable bool
+			pk.log, readable, pk.code = h.clusterConsumerLog(version, p.Key, p.Params.CurrentLeaderEpoch)
+			if pk.log != nil {
+				plan.watch = append(plan.watch, pk.log)
+				if !readable {
+					// A new leader's HW below its epoch's start: the
+					// partition is answered empty until it moves.
+					pk.log = nil
+				} else if f.Quiet(i, pk.log.HighWatermark(), pk.log.LogStartOffset()) {
+					continue
+				}
+			}
+			plan.anyError = plan.anyError || (pk.code != 0 && pk.code != kerr.UnknownTopicOrPartition.Code && pk.code != kerr.UnknownTopicID.Code)
+			plan.answered = append(plan.answered, i)
+			picks = append(picks, pk)
+			continue
+		}
 		if resolved == nil || resolved.Topic != p.Key.Topic || resolved.TopicID != p.Key.TopicID {
 			resolved = &p.Key
 			t, internal, topicErr = h.fetchTopic(version, p.Key.Topic, p.Key.TopicID)

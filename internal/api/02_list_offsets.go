@@ -39,7 +39,16 @@ func (h *Handler) listOffsets(_ context.Context, r *server.Request) (kmsg.Respon
 			if ok {
 				l = t.Partition(rp.Partition)
 			}
+			var hw int64
+			if l != nil {
+				hw = l.HighWatermark()
+			}
+			if h.cl != nil {
+				internal = false
+				l, hw, sp.ErrorCode = h.clusterListLog(rt.Topic, rp.Partition, rp.CurrentLeaderEpoch)
+			}
 			switch {
+			case sp.ErrorCode != 0:
 			case internal && rp.Partition >= 0 && rp.Partition < ot.Partitions:
 				// __consumer_offsets reads as empty: every special
 				// offset is 0, and no record has a timestamp.
@@ -48,7 +57,7 @@ func (h *Handler) listOffsets(_ context.Context, r *server.Request) (kmsg.Respon
 				}
 			case l == nil:
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-			case rp.CurrentLeaderEpoch > 0:
+			case rp.CurrentLeaderEpoch > 0 && h.cl == nil:
 				sp.ErrorCode = kerr.UnknownLeaderEpoch.Code
 			default:
 				switch ts := rp.Timestamp; {
@@ -56,7 +65,7 @@ func (h *Handler) listOffsets(_ context.Context, r *server.Request) (kmsg.Respon
 					// Every offset below the high watermark is stable:
 					// there are no transactions, so read_committed and
 					// read_uncommitted agree.
-					sp.Offset = l.HighWatermark()
+					sp.Offset = hw
 				case ts == tsEarliest || (ts == tsEarliestLocal && req.Version >= 8):
 					sp.Offset = l.LogStartOffset()
 				case ts == tsMax && req.Version >= 7:

@@ -16,8 +16,11 @@ func init() { register(kmsg.Metadata, 0, 13, (*Handler).metadata) }
 // authorized-operations fields.
 const authorizedOpsOmitted = -2147483648
 
-func (h *Handler) metadata(_ context.Context, r *server.Request) (kmsg.Response, error) {
+func (h *Handler) metadata(ctx context.Context, r *server.Request) (kmsg.Response, error) {
 	req := r.Msg.(*kmsg.MetadataRequest)
+	if h.cl != nil {
+		return h.clusterMetadata(ctx, req)
+	}
 	resp := req.ResponseKind().(*kmsg.MetadataResponse)
 	node := h.b.NodeID()
 

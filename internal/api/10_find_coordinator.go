@@ -25,6 +25,13 @@ func (h *Handler) findCoordinator(_ context.Context, r *server.Request) (kmsg.Re
 	answer := func(key string) (nodeID int32, host string, port int32, code int16, msg *string) {
 		switch req.CoordinatorType {
 		case keyTypeGroup:
+			if h.cl != nil {
+				n, ok := h.cl.coordinatorNode()
+				if !ok {
+					return -1, "", -1, kerr.CoordinatorNotAvailable.Code, strp("no controller is elected")
+				}
+				return n.ID, n.Host, n.Port, 0, nil
+			}
 			h.ensureOffsetsTopic()
 			return h.b.NodeID(), h.host, h.port, 0, nil
 		case keyTypeTransaction:

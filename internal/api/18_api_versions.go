@@ -40,7 +40,7 @@ func (h *Handler) apiVersions(_ context.Context, r *server.Request) (kmsg.Respon
 		case hasCluster != hasNode:
 			resp.ErrorCode = kerr.InvalidRequest.Code
 			return resp, nil
-		case hasCluster && (*req.ClusterID != h.b.ClusterID() || req.NodeID != h.b.NodeID()):
+		case hasCluster && (*req.ClusterID != h.clusterID() || req.NodeID != h.b.NodeID()):
 			resp.ErrorCode = kerr.RebootstrapRequired.Code
 			return resp, nil
 		}

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -12,7 +13,7 @@ import (
 
 func init() { register(kmsg.CreateTopics, 0, 7, (*Handler).createTopics) }
 
-func (h *Handler) createTopics(_ context.Context, r *server.Request) (kmsg.Response, error) {
+func (h *Handler) createTopics(ctx context.Context, r *server.Request) (kmsg.Response, error) {
 	req := r.Msg.(*kmsg.CreateTopicsRequest)
 	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
 
@@ -25,7 +26,15 @@ func (h *Handler) createTopics(_ context.Context, r *server.Request) (kmsg.Respo
 		st := kmsg.NewCreateTopicsResponseTopic()
 		st.Topic = rt.Topic
 		st.NumPartitions, st.ReplicationFactor = -1, -1
-		err := h.createTopic(rt, req.ValidateOnly, seen[rt.Topic] > 1, &st)
+		var err error
+		switch {
+		case h.cl != nil && seen[rt.Topic] > 1:
+			err = detail(kerr.InvalidRequest, "topic %q is named more than once in the request", rt.Topic)
+		case h.cl != nil:
+			err = h.clusterCreateTopic(ctx, rt, req.ValidateOnly, time.Duration(req.TimeoutMillis)*time.Millisecond, &st)
+		default:
+			err = h.createTopic(rt, req.ValidateOnly, seen[rt.Topic] > 1, &st)
+		}
 		if err != nil {
 			st.ErrorCode = errCode(err)
 			st.ErrorMessage = errMessage(err)

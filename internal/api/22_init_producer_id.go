@@ -11,7 +11,7 @@ import (
 
 func init() { register(kmsg.InitProducerID, 0, 5, (*Handler).initProducerID) }
 
-func (h *Handler) initProducerID(_ context.Context, r *server.Request) (kmsg.Response, error) {
+func (h *Handler) initProducerID(ctx context.Context, r *server.Request) (kmsg.Response, error) {
 	req := r.Msg.(*kmsg.InitProducerIDRequest)
 	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
@@ -22,7 +22,12 @@ func (h *Handler) initProducerID(_ context.Context, r *server.Request) (kmsg.Res
 	}
 	// As in Kafka, an idempotent producer without a transactional id gets
 	// a fresh id at epoch 0 each time, also when it asks to bump an epoch.
-	id, err := h.b.NextProducerID()
+	id, err := int64(0), error(nil)
+	if h.cl != nil {
+		id, err = h.clusterProducerID(ctx)
+	} else {
+		id, err = h.b.NextProducerID()
+	}
 	if err != nil {
 		h.log.Error("allocating a producer id", "err", err)
 		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code

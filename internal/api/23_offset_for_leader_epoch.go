@@ -15,6 +15,9 @@ func init() { register(kmsg.OffsetForLeaderEpoch, 0, 4, (*Handler).offsetForLead
 // ever had, 0: its end offset is the high watermark.
 func (h *Handler) offsetForLeaderEpoch(_ context.Context, r *server.Request) (kmsg.Response, error) {
 	req := r.Msg.(*kmsg.OffsetForLeaderEpochRequest)
+	if h.cl != nil {
+		return h.clusterOffsetForLeaderEpoch(req)
+	}
 	resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
 	for _, rt := range req.Topics {
 		st := kmsg.NewOffsetForLeaderEpochResponseTopic()

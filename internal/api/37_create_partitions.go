@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -12,7 +13,7 @@ import (
 
 func init() { register(kmsg.CreatePartitions, 0, 3, (*Handler).createPartitions) }
 
-func (h *Handler) createPartitions(_ context.Context, r *server.Request) (kmsg.Response, error) {
+func (h *Handler) createPartitions(ctx context.Context, r *server.Request) (kmsg.Response, error) {
 	req := r.Msg.(*kmsg.CreatePartitionsRequest)
 	resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)
 	seen := make(map[string]int, len(req.Topics))
@@ -24,7 +25,13 @@ func (h *Handler) createPartitions(_ context.Context, r *server.Request) (kmsg.R
 		st.Topic = rt.Topic
 		var err error
 		_, internal := h.b.OffsetsTopic()
-		if seen[rt.Topic] > 1 {
+		if h.cl != nil {
+			if seen[rt.Topic] > 1 {
+				err = detail(kerr.InvalidRequest, "topic %q is named more than once in the request", rt.Topic)
+			} else {
+				err = h.clusterCreatePartitions(ctx, rt, req.ValidateOnly, time.Duration(req.TimeoutMillis)*time.Millisecond)
+			}
+		} else if seen[rt.Topic] > 1 {
 			err = detail(kerr.InvalidRequest, "topic %q is named more than once in the request", rt.Topic)
 		} else if internal && rt.Topic == broker.OffsetsTopicName {
 			err = detail(kerr.InvalidRequest, "%s is an internal topic: its partition count is fixed", rt.Topic)

@@ -27,6 +27,11 @@ func (h *Handler) describeCluster(_ context.Context, r *server.Request) (kmsg.Re
 		resp.ErrorMessage = strp("the request was sent to a broker endpoint, not a controller's")
 		return resp, nil
 	}
+	if h.cl != nil {
+		h.cl.describeCluster(resp)
+		resp.ClusterAuthorizedOperations = authorizedOpsOmitted
+		return resp, nil
+	}
 	resp.ClusterID = h.b.ClusterID()
 	resp.ControllerID = h.b.NodeID()
 	b := kmsg.NewDescribeClusterResponseBroker()

@@ -31,6 +31,8 @@ type Handler struct {
 	// size as configured (see FetchSessionCacheSlots).
 	sessions     *fetchsession.Cache
 	sessionSlots int
+	// cl is cluster mode's side (cluster.go); nil on a single node.
+	cl *clusterMode
 }
 
 // DefaultFetchMaxBytes is Kafka's fetch.max.bytes.

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/groupd/groupd/internal/admin"
@@ -87,6 +88,9 @@ type Config struct {
 	// HTTPProfiling serves Go's runtime profiles on the HTTP side under
 	// /debug/pprof/.
 	HTTPProfiling bool
+	// Cluster makes the node one of a cluster (cluster.go); its zero
+	// value is a single node.
+	Cluster ClusterConfig
 }
 
 // ErrStopped is reported by Done after Close.
@@ -115,6 +119,11 @@ type App struct {
 
 	// handler serves the Kafka API (kept for its fetch session counters).
 	handler *api.Handler
+	// cluster is the node's membership of a cluster, nil on a single
+	// node; cs holds it for the coordinator's lookups, which start
+	// before the node joins.
+	cluster *clusterSide
+	cs      *atomic.Pointer[clusterSide]
 	log     *slog.Logger
 }
 
@@ -185,8 +194,13 @@ func Start(cfg Config) (*App, error) {
 	if m != nil {
 		cobs = m
 	}
+	hwOf, topics := highWatermark(b), topicsOf(b)
+	cs := new(atomic.Pointer[clusterSide])
+	if cfg.Cluster.Enabled() {
+		hwOf, topics = clusterHighWatermark(cs), clusterTopics(cs)
+	}
 	coord := coordinator.New(coordinator.Config{Group: cfg.Group, Store: st, Logger: cfg.Logger,
-		HighWatermark: highWatermark(b), Observer: cobs, Topics: topicsOf(b), Hooks: faultHooks()})
+		HighWatermark: hwOf, Observer: cobs, Topics: topics, Hooks: faultHooks()})
 	// Read the coordinator's records before listening, so that one that
 	// does not decode stops the start instead of a shard.
 	if err := coord.WaitLoad(context.Background()); err != nil {
@@ -214,8 +228,28 @@ func Start(cfg Config) (*App, error) {
 	if m != nil {
 		obs = m
 	}
-	handler := api.New(b, coord, host, port, cfg.Logger, api.FetchMaxBytes(cfg.FetchMaxBytes),
-		api.FetchSessionCacheSlots(cfg.FetchSessionCacheSlots))
+	opts := []api.Option{api.FetchMaxBytes(cfg.FetchMaxBytes), api.FetchSessionCacheSlots(cfg.FetchSessionCacheSlots)}
+	var side *clusterSide
+	if cfg.Cluster.Enabled() {
+		// The node registers the address it listens on: other nodes'
+		// replicas fetch from it once it serves, retrying until then.
+		side, err = startCluster(context.Background(), cfg.Cluster, cfg.NodeID, host, port, b, cfg.Logger)
+		if err != nil {
+			ln.Close()
+			coord.Close()
+			st.Close()
+			b.Close()
+			return nil, err
+		}
+		cs.Store(side)
+		id := cfg.Cluster.ClusterID
+		if id == "" {
+			id = DefaultClusterID
+		}
+		opts = append(opts, api.InCluster(api.ClusterConfig{Node: side.node, Replicas: side.reps, ClusterID: id,
+			DefaultReplicationFactor: cfg.Cluster.DefaultReplicationFactor}))
+	}
+	handler := api.New(b, coord, host, port, cfg.Logger, opts...)
 	srv := server.New(server.Config{
 		Observer:        obs,
 		MaxRequestBytes: cfg.MaxRequestBytes,
@@ -225,7 +259,7 @@ func Start(cfg Config) (*App, error) {
 		Logger:          cfg.Logger,
 	})
 	a := &App{broker: b, store: st, coord: coord, srv: srv, ln: ln, handler: handler, log: cfg.Logger, adv: net.JoinHostPort(host, strconv.Itoa(int(port))),
-		done: make(chan error, 2), stopped: make(chan struct{})}
+		done: make(chan error, 3), stopped: make(chan struct{}), cluster: side, cs: cs}
 	if m != nil {
 		m.WatchFetchSessions(func() metrics.FetchSessionStats {
 			st := handler.FetchSessions()
@@ -240,6 +274,9 @@ func Start(cfg Config) (*App, error) {
 		a.http, err = admin.Listen(cfg.HTTPListen, admin.Config{Source: coord, Metrics: m.Handler(), Logger: cfg.Logger,
 			Profiling: cfg.HTTPProfiling})
 		if err != nil {
+			if side != nil {
+				side.close()
+			}
 			ln.Close()
 			coord.Close()
 			st.Close()
@@ -249,11 +286,22 @@ func Start(cfg Config) (*App, error) {
 	}
 	go func() { a.done <- srv.Serve(ln) }()
 	a.cleanups.Go(func() { finishOffsetCleanups(b, coord, cfg.Logger) })
+	var viewChanged <-chan struct{}
+	var nodeFailed <-chan struct{}
+	if side != nil {
+		// The cluster's topics are what the coordinator assigns.
+		viewChanged, nodeFailed = side.node.Subscribe(), side.node.Failed()
+	}
 	go func() {
 		for {
 			select {
 			case <-topicsChanged:
 				coord.TopicsChanged()
+			case <-viewChanged:
+				coord.TopicsChanged()
+			case <-nodeFailed:
+				a.done <- fmt.Errorf("cluster: %w", side.node.Err())
+				nodeFailed = nil
 			case <-a.stopped:
 				return
 			}
@@ -367,6 +415,11 @@ const servedGrace = 2 * time.Second
 // Calling it again returns the first call's result.
 func (a *App) Close(ctx context.Context) error {
 	a.closeOnce.Do(func() {
+		if a.cluster != nil {
+			// Leaderships move while this node still serves, so that its
+			// followers catch up and clients are told where to go.
+			a.cluster.shutdown(ctx)
+		}
 		close(a.stopped)
 		// The HTTP side goes first: it reads from the coordinator.
 		var herr error
@@ -391,7 +444,11 @@ func (a *App) Close(ctx context.Context) error {
 			a.log.Error("connections still being served after shutdown; closing the data under them", "waited", servedGrace)
 		}
 		a.cleanups.Wait()
-		a.closeErr = errors.Join(err, cerr, a.store.Close(), a.broker.Close())
+		var clerr error
+		if a.cluster != nil {
+			clerr = a.cluster.close()
+		}
+		a.closeErr = errors.Join(err, cerr, clerr, a.store.Close(), a.broker.Close())
 	})
 	return a.closeErr
 }

@@ -220,12 +220,12 @@ func (n *Node) SetTopicConfigs(ctx context.Context, name string, configs map[str
 	return nil
 }
 
-// producerIDBlock is how many producer ids a node takes from etcd at once.
-const producerIDBlock = 1000
+// ProducerIDBlock is how many producer ids a node takes from etcd at once.
+const ProducerIDBlock = 1000
 
 // NextProducerIDBlock takes the next block of producer ids from the
 // cluster's counter (KIP-730: no two nodes hand out the same id), and
-// returns its first id; the node owns [first, first+producerIDBlock).
+// returns its first id; the node owns [first, first+ProducerIDBlock).
 func (n *Node) NextProducerIDBlock(ctx context.Context) (int64, error) {
 	key := n.keys.ProducerIDs()
 	for {
@@ -239,7 +239,7 @@ func (n *Node) NextProducerIDBlock(ctx context.Context) (int64, error) {
 				return 0, err
 			}
 		}
-		data, err := meta.ProducerIDs{Next: cur.Next + producerIDBlock}.Encode()
+		data, err := meta.ProducerIDs{Next: cur.Next + ProducerIDBlock}.Encode()
 		if err != nil {
 			return 0, err
 		}

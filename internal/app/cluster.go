@@ -1,0 +1,211 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/groupd/groupd/internal/broker"
+	"github.com/groupd/groupd/internal/cluster"
+	"github.com/groupd/groupd/internal/cluster/kv"
+	"github.com/groupd/groupd/internal/cluster/kv/etcdkv"
+	"github.com/groupd/groupd/internal/cluster/meta"
+	"github.com/groupd/groupd/internal/cluster/view"
+	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/group/consumer"
+)
+
+// ClusterConfig makes groupd a node of a cluster whose agreements are in
+// etcd (docs/cluster.md). Without EtcdEndpoints groupd is a single node.
+type ClusterConfig struct {
+	// EtcdEndpoints are the etcd client URLs.
+	EtcdEndpoints []string
+	// ClusterID names the cluster; Prefix, if empty, is
+	// /groupd/<ClusterID>/.
+	ClusterID string
+	Prefix    string
+	// EtcdCACert, EtcdCert and EtcdKey are PEM files for etcd's TLS:
+	// the CA that signed etcd's certificate, and this node's client
+	// certificate and key.
+	EtcdCACert, EtcdCert, EtcdKey string
+	Rack                          string
+	// SessionTimeout is broker.session.timeout.ms: a node whose lease
+	// etcd has not seen renewed for this long is dead to the cluster.
+	SessionTimeout time.Duration
+	// DefaultReplicationFactor is default.replication.factor;
+	// MinInsyncReplicas is the broker's min.insync.replicas.
+	DefaultReplicationFactor int
+	MinInsyncReplicas        int
+	// AutoLeaderRebalance is auto.leader.rebalance.enable.
+	AutoLeaderRebalance bool
+	// ReplicaLagTimeMax is replica.lag.time.max.ms.
+	ReplicaLagTimeMax time.Duration
+}
+
+// Enabled reports whether the node joins a cluster.
+func (c ClusterConfig) Enabled() bool { return len(c.EtcdEndpoints) > 0 }
+
+// DefaultClusterID is the cluster id of --cluster-id's default.
+const DefaultClusterID = "groupd"
+
+func (c ClusterConfig) prefix() string {
+	p := c.Prefix
+	if p == "" {
+		id := c.ClusterID
+		if id == "" {
+			id = DefaultClusterID
+		}
+		p = "/groupd/" + id
+	}
+	if !strings.HasSuffix(p, "/") {
+		p += "/"
+	}
+	return p
+}
+
+// clusterSide is a running node's membership and replicas.
+type clusterSide struct {
+	cfg       ClusterConfig
+	etcd      *clientv3.Client
+	node      *cluster.Node
+	reps      *cluster.Replicas
+	transport *cluster.KafkaTransport
+	log       *slog.Logger
+}
+
+// startCluster connects to etcd, registers the node at host:port, drops
+// the replicas of topics deleted while it was down, and starts its
+// replicas.
+func startCluster(ctx context.Context, cfg ClusterConfig, nodeID int32, host string, port int32, b *broker.Broker, log *slog.Logger) (*clusterSide, error) {
+	var tlsCfg *tls.Config
+	if cfg.EtcdCACert != "" || cfg.EtcdCert != "" || cfg.EtcdKey != "" {
+		info := transport.TLSInfo{CertFile: cfg.EtcdCert, KeyFile: cfg.EtcdKey, TrustedCAFile: cfg.EtcdCACert}
+		var err error
+		if tlsCfg, err = info.ClientConfig(); err != nil {
+			return nil, fmt.Errorf("etcd TLS: %w", err)
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.EtcdEndpoints,
+		DialTimeout: 5 * time.Second,
+		TLS:         tlsCfg,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client for %v: %w", cfg.EtcdEndpoints, err)
+	}
+	cs := &clusterSide{cfg: cfg, etcd: cli, log: log}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cs.node, err = cluster.Start(sctx, cluster.Config{
+		NodeID: nodeID, Host: host, Port: port, Rack: cfg.Rack,
+		Prefix: cfg.prefix(), KV: etcdkv.New(cli, kv.RealClock()), Logger: log,
+		SessionTimeout:      cfg.SessionTimeout,
+		AutoLeaderRebalance: cfg.AutoLeaderRebalance,
+	})
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("joining the cluster at %v under %s: %w", cfg.EtcdEndpoints, cfg.prefix(), err)
+	}
+	cs.dropDeletedReplicas(b)
+	cs.transport = cluster.NewKafkaTransport(cs.node)
+	cs.reps = cluster.NewReplicas(cluster.ReplicasConfig{
+		Node: cs.node, Logs: brokerLogs{b}, Transport: cs.transport, Logger: log,
+		MinInsync: cfg.MinInsyncReplicas, LagTimeMax: cfg.ReplicaLagTimeMax,
+	})
+	log.Info("joined the cluster", "node", nodeID, "etcd", cfg.EtcdEndpoints, "prefix", cfg.prefix(),
+		"nodes", len(cs.node.View().Nodes), "controller", cs.node.View().ControllerID())
+	return cs, nil
+}
+
+// dropDeletedReplicas deletes the replica logs of topics the cluster no
+// longer has: they were deleted while this node was away.
+func (cs *clusterSide) dropDeletedReplicas(b *broker.Broker) {
+	keys, err := b.ReplicaKeys()
+	if err != nil {
+		cs.log.Warn("listing the replica logs", "err", err)
+		return
+	}
+	v := cs.node.View()
+	for _, k := range keys {
+		if _, ok := v.TopicByID(meta.ID(k.Topic)); ok {
+			continue
+		}
+		if err := b.DropReplica(k); err != nil {
+			cs.log.Warn("deleting the replica of a deleted topic", "topic_id", k.Topic.String(), "partition", k.Partition, "err", err)
+			continue
+		}
+		cs.log.Info("deleted the replica of a topic deleted while this node was away", "topic_id", k.Topic.String(), "partition", k.Partition)
+	}
+}
+
+// shutdown hands this node's leaderships to other replicas (a controlled
+// shutdown, as Kafka's on SIGTERM), within ctx.
+func (cs *clusterSide) shutdown(ctx context.Context) {
+	if err := cs.node.ControlledShutdown(ctx); err != nil {
+		cs.log.Warn("controlled shutdown did not finish; leaderships move once the node's lease expires", "err", err)
+	}
+}
+
+// close stops the replicas and leaves the cluster.
+func (cs *clusterSide) close() error {
+	cs.reps.Close()
+	cs.transport.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := cs.node.Close(ctx)
+	return errors.Join(err, cs.etcd.Close())
+}
+
+// brokerLogs opens replica logs in the broker's data directory.
+type brokerLogs struct{ b *broker.Broker }
+
+func (l brokerLogs) Replica(t meta.Topic, p int32) (cluster.ReplicaLog, error) {
+	return l.b.OpenReplica(broker.ReplicaKey{Topic: broker.TopicID(t.ID), Partition: p}, t.Name, t.Configs)
+}
+
+// clusterTopics is the coordinator's picture of the topics in cluster
+// mode: the cluster's, from the node's view.
+func clusterTopics(cs *atomic.Pointer[clusterSide]) func() []group.Topic {
+	return func() []group.Topic {
+		c := cs.Load()
+		if c == nil {
+			return nil
+		}
+		ts := c.node.View().SortedTopics()
+		out := make([]group.Topic, len(ts))
+		for i, t := range ts {
+			out[i] = group.Topic{Name: t.Name, ID: consumer.TopicID(t.ID), Partitions: int32(len(t.Partitions))}
+		}
+		return out
+	}
+}
+
+// clusterHighWatermark is a partition's high watermark for the
+// coordinator's lag figures, when this node holds a replica of it.
+func clusterHighWatermark(cs *atomic.Pointer[clusterSide]) func(string, int32) (int64, bool) {
+	return func(topic string, p int32) (int64, bool) {
+		c := cs.Load()
+		if c == nil {
+			return 0, false
+		}
+		t, ok := c.node.View().Topic(topic)
+		if !ok {
+			return 0, false
+		}
+		s, ok := c.reps.Replica(view.TP{Topic: t.ID, Partition: p})
+		if !ok {
+			return 0, false
+		}
+		return s.Log().HighWatermark(), true
+	}
+}
