@@ -11,14 +11,15 @@ import (
 type phase int8
 
 const (
-	phaseAsk      phase = iota // next: AskEpoch (OffsetForLeaderEpoch)
-	phaseTruncate              // next: Truncate
-	phaseFetch                 // next: Fetch
-	phaseFenced                // our epoch is old: wait for a newer SetState
+	phaseAsk        phase = iota // next: AskEpoch (OffsetForLeaderEpoch)
+	phaseTruncate                // next: Truncate
+	phaseFetch                   // next: Fetch
+	phaseFenced                  // our epoch is old: wait for a newer SetState
+	phaseOutOfRange              // next: AskEpoch for the leader's log end
 )
 
 func (p phase) String() string {
-	return [...]string{"ask", "truncate", "fetch", "fenced"}[p]
+	return [...]string{"ask", "truncate", "fetch", "fenced", "out-of-range"}[p]
 }
 
 // followerState is what a follower keeps beside the partition state. It
@@ -59,6 +60,9 @@ func (m *Machine) followerSend() {
 		fallthrough
 	case phaseTruncate:
 		m.emit(Truncate{To: f.truncateTo})
+	case phaseOutOfRange:
+		// The leader's end offset for its own epoch is its log end.
+		m.emit(AskEpoch{Leader: m.p.Leader, LeaderEpoch: m.p.LeaderEpoch, Epoch: m.p.LeaderEpoch})
 	case phaseFetch:
 		m.emit(Fetch{Leader: m.p.Leader, LeaderEpoch: m.p.LeaderEpoch, Offset: m.leo})
 	}
@@ -72,7 +76,7 @@ func (m *Machine) awaiting(ph phase, leaderEpoch int32) bool {
 }
 
 func (m *Machine) epochAnswer(e EpochAnswer) {
-	if !m.awaiting(phaseAsk, e.LeaderEpoch) {
+	if !m.awaiting(phaseAsk, e.LeaderEpoch) && !m.awaiting(phaseOutOfRange, e.LeaderEpoch) {
 		return
 	}
 	f := &m.follower
@@ -81,8 +85,37 @@ func (m *Machine) epochAnswer(e EpochAnswer) {
 		m.followerError(e.Err)
 		return
 	}
+	if f.phase == phaseOutOfRange {
+		m.outOfRange(e.End)
+		return
+	}
 	f.phase = phaseTruncate
 	f.truncateTo, f.fetchNext = m.truncationPoint(e.Epoch, e.End)
+}
+
+// outOfRange goes on after a fetch answered OFFSET_OUT_OF_RANGE, given the
+// leader's log end, as Kafka's AbstractFetcherThread.fetchOffsetAndTruncate
+// (handleOutOfRangeError) does. A leader whose log ends below ours (it
+// lost its disk, or was elected uncleanly) makes us truncate to its log
+// end and fetch from there: not to our HW, which may be above that end
+// (then the fetch would be out of range again, forever), and not by
+// asking OffsetForLeaderEpoch again, which would lead back to the HW.
+// Records below that end may differ from the leader's; Kafka does not
+// mend that either, and it only happens once acknowledged records are
+// lost. A leader whose log reaches ours had moved its log start past our
+// end, or grew meanwhile: fetch again after the backoff. (Kafka would
+// then truncate fully and start at the leader's log start; the log has
+// no such operation yet, and retention does not move a leader's log
+// start past an ISR follower's end.)
+func (m *Machine) outOfRange(leaderEnd int64) {
+	f := &m.follower
+	switch {
+	case leaderEnd >= 0 && leaderEnd < m.leo:
+		f.phase, f.truncateTo, f.fetchNext = phaseTruncate, leaderEnd, true
+	default:
+		f.phase = phaseFetch
+		f.retryAt = m.now.Add(m.cfg.RetryBackoff)
+	}
 }
 
 // truncationPoint is Kafka's AbstractFetcherThread.getOffsetTruncationState
@@ -165,7 +198,7 @@ func (m *Machine) fetchFailed(e FetchFailed) {
 // will bring; wait for it. UNKNOWN_LEADER_EPOCH (the leader has not learnt
 // our epoch yet), NOT_LEADER_OR_FOLLOWER, a lost request and the rest:
 // try again after the backoff; no new state may be coming. An offset out
-// of range starts again from OffsetForLeaderEpoch.
+// of range asks the leader for its log end (outOfRange).
 func (m *Machine) followerError(err error) {
 	f := &m.follower
 	switch {
@@ -173,7 +206,9 @@ func (m *Machine) followerError(err error) {
 		f.phase = phaseFenced
 		return
 	case errors.Is(err, kerr.OffsetOutOfRange):
-		f.phase = phaseAsk
+		// Ask the leader where its log ends (outOfRange), at once.
+		f.phase = phaseOutOfRange
+		return
 	}
 	f.retryAt = m.now.Add(m.cfg.RetryBackoff)
 }
