@@ -28,6 +28,20 @@
 //     partition whose preferred replica (the first of its assignment) is
 //     alive, in the ISR, not shutting down and not the leader gets it back
 //     as leader.
+//   - A node that registered again (a new process, or the same one under a
+//     new lease) after a partition's state was written is a "bounced
+//     broker", as Kafka's controller calls a broker that re-registers
+//     with a new epoch (KafkaController.processBrokerChange, then
+//     onBrokerFailure and onBrokerStartup; KRaft's
+//     ReplicationControlManager fences and unfences it): the state speaks
+//     for its earlier process, whose log it may no longer have. For a
+//     partition with a leader, it is handled as a failure first: a
+//     bounced leader is replaced as if it were gone (the partition goes
+//     offline if no other ISR member is eligible, so that it leads again
+//     only at a new leader epoch), and a bounced replica leaves the ISR.
+//     The bounced node is then an ordinary live replica. This comes
+//     before any other decision on the partition: any write of its state
+//     would make the bounce look older than the state.
 //   - A reassignment adds its target replicas to the assignment, waits
 //     until every one of them is in the ISR, then gives the partition its
 //     target assignment, moving leadership to a target replica if the
@@ -82,6 +96,10 @@ type Reassignment struct {
 type View struct {
 	// Alive are the nodes registered under a live lease, with their rack.
 	Alive map[int32]string
+	// Registered is, per alive node, the etcd revision it registered at
+	// (the create revision of its key). A node registered after a
+	// partition state's Revision has bounced since that state.
+	Registered map[int32]int64
 	// ShuttingDown are alive nodes that asked to give their leaderships
 	// away before they stop.
 	ShuttingDown map[int32]bool
@@ -112,6 +130,8 @@ type Write struct {
 // Reasons of a Write.
 const (
 	ReasonLeaderGone   = "leader-gone"
+	ReasonBounced      = "leader-bounced"
+	ReasonIsrBounced   = "isr-bounced-replica"
 	ReasonShutdown     = "controlled-shutdown"
 	ReasonOffline      = "offline"
 	ReasonUnclean      = "unclean-election"
@@ -147,31 +167,64 @@ func Decide(v View) []Write {
 	return out
 }
 
+// bounced reports whether node n registered after st was written: the
+// state speaks for an earlier process of it. An offline partition has
+// nobody to fence; its last ISR member leads again whatever it restarted
+// with, as in Kafka.
+func bounced(v View, st PartitionState, n int32) bool {
+	return st.Leader != NoLeader && v.Registered[n] > st.Revision
+}
+
 func decidePartition(v View, t Topic, tp TP, replicas []int32, st PartitionState) (Write, bool) {
-	if r, ok := v.Reassign[tp]; ok {
-		if w, ok := reassign(v, tp, replicas, st, r); ok {
-			return w, true
-		}
-	}
-	alive := func(n int32) bool { _, ok := v.Alive[n]; return ok && !v.ShuttingDown[n] }
 	next := func(leader int32, isr []int32, reason string) Write {
 		return Write{TP: tp, ExpectRevision: st.Revision, Reason: reason, State: PartitionState{
 			Leader: leader, LeaderEpoch: st.LeaderEpoch + 1, ISR: isr, PartitionEpoch: st.PartitionEpoch + 1,
 		}}
 	}
+	// Bounced nodes first: any other write would hide the bounce.
+	leaderBounced := bounced(v, st, st.Leader)
+	if !leaderBounced {
+		var isr []int32
+		for _, r := range st.ISR {
+			if r == st.Leader || !bounced(v, st, r) {
+				isr = append(isr, r)
+			}
+		}
+		if len(isr) < len(st.ISR) {
+			w := next(st.Leader, isr, ReasonIsrBounced)
+			w.State.LeaderEpoch = st.LeaderEpoch // the leader stays
+			return w, true
+		}
+	}
+	if r, ok := v.Reassign[tp]; ok && !leaderBounced {
+		if w, ok := reassign(v, tp, replicas, st, r); ok {
+			return w, true
+		}
+	}
+	alive := func(n int32) bool { _, ok := v.Alive[n]; return ok && !v.ShuttingDown[n] && !bounced(v, st, n) }
 	_, leaderAlive := v.Alive[st.Leader]
-	if st.Leader == NoLeader || !leaderAlive || v.ShuttingDown[st.Leader] {
+	if st.Leader == NoLeader || !leaderAlive || v.ShuttingDown[st.Leader] || leaderBounced {
 		for _, r := range replicas {
 			if alive(r) && slices.Contains(st.ISR, r) {
 				reason := ReasonLeaderGone
 				switch {
 				case st.Leader == NoLeader:
 					reason = ReasonFirstLeader
+				case leaderBounced:
+					reason = ReasonBounced
 				case leaderAlive:
 					reason = ReasonShutdown
 				}
-				return next(r, liveISR(st.ISR, r, v.Alive), reason), true
+				isr := slices.DeleteFunc(liveISR(st.ISR, r, v.Alive), func(x int32) bool { return x != r && bounced(v, st, x) })
+				return next(r, isr, reason), true
 			}
+		}
+		if leaderBounced {
+			// No other replica may take over: the partition goes
+			// offline, fencing the leader's old epoch, and its ISR
+			// stays; the next decision elects the bounced node again
+			// at a new epoch (Kafka's failure, then startup).
+			return next(NoLeader, st.ISR, ReasonBounced), true
 		}
 		if t.UncleanLeaderElection {
 			for _, r := range replicas {

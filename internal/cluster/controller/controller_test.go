@@ -41,6 +41,32 @@ func TestDecide(t *testing.T) {
 		{"a healthy partition changes nothing", func(v *View) {
 			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 2, 3}, Revision: 10}
 		}, ""},
+		{"nodes registered before the state are not bounced", func(v *View) {
+			v.Registered = map[int32]int64{1: 3, 2: 9, 3: 10}
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 2, 3}, Revision: 10}
+		}, ""},
+		{"a bounced leader (registered after the state) is replaced as if it had gone, and leaves the ISR", func(v *View) {
+			v.Registered = map[int32]int64{1: 12, 2: 3, 3: 3}
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 3, 2}, PartitionEpoch: 7, Revision: 10}
+		}, "leader-bounced: leader=2 epoch=5 isr=[3 2] pepoch=8 expect=10\n"},
+		{"a bounced leader with no one else eligible: offline at a new epoch, the ISR kept", func(v *View) {
+			v.Registered = map[int32]int64{1: 12, 2: 3, 3: 11}
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 3}, Revision: 10}
+		}, "leader-bounced: leader=-1 epoch=5 isr=[1 3] pepoch=1 expect=10\n"},
+		{"then the bounced node, the first ISR member, leads again", func(v *View) {
+			v.Registered = map[int32]int64{1: 12, 2: 3, 3: 11}
+			v.States[tp0()] = PartitionState{Leader: NoLeader, LeaderEpoch: 5, ISR: []int32{1, 3}, Revision: 13}
+		}, "first-leader: leader=1 epoch=6 isr=[1 3] pepoch=1 expect=13\n"},
+		{"an offline partition elects its last ISR member even if it registered after the state", func(v *View) {
+			v.Registered = map[int32]int64{1: 3, 2: 3, 3: 20}
+			delete(v.Alive, 1)
+			v.States[tp0()] = PartitionState{Leader: NoLeader, LeaderEpoch: 5, ISR: []int32{3}, Revision: 13}
+		}, "first-leader: leader=3 epoch=6 isr=[3] pepoch=1 expect=13\n"},
+		{"a bounced follower leaves the ISR before anything else", func(v *View) {
+			v.Registered = map[int32]int64{1: 3, 2: 11, 3: 3}
+			v.AutoLeaderRebalance, v.RebalanceDue = true, true
+			v.States[tp0()] = PartitionState{Leader: 3, LeaderEpoch: 4, ISR: []int32{3, 2, 1}, PartitionEpoch: 2, Revision: 10}
+		}, "isr-bounced-replica: leader=3 epoch=4 isr=[3 1] pepoch=3 expect=10\n"},
 		{"a dead leader: the first live ISR replica leads, the dead one leaves the ISR", func(v *View) {
 			delete(v.Alive, 1)
 			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 3, 2}, PartitionEpoch: 7, Revision: 10}

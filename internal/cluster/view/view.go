@@ -51,8 +51,12 @@ type Topic struct {
 
 // View is the cluster as of Revision.
 type View struct {
-	Revision   int64
-	Nodes      map[int32]meta.NodeInfo
+	Revision int64
+	Nodes    map[int32]meta.NodeInfo
+	// Registered is the create revision of each live node's key: when
+	// its current process registered. A partition state written before
+	// it speaks for an earlier process of the node (Registration).
+	Registered map[int32]int64
 	Controller *Controller // nil: none elected
 	// ControllerEpoch is the last controller epoch written, and its
 	// revision.
@@ -69,6 +73,7 @@ type View struct {
 func Empty() *View {
 	return &View{
 		Nodes:         map[int32]meta.NodeInfo{},
+		Registered:    map[int32]int64{},
 		Topics:        map[string]Topic{},
 		ByID:          map[meta.ID]string{},
 		States:        map[TP]State{},
@@ -110,6 +115,7 @@ func (v *View) Apply(keys meta.Keys, ev kv.WatchEvent) (*View, error) {
 func (v *View) clone() *View {
 	n := *v
 	n.Nodes = maps.Clone(v.Nodes)
+	n.Registered = maps.Clone(v.Registered)
 	n.Topics = maps.Clone(v.Topics)
 	n.ByID = maps.Clone(v.ByID)
 	n.States = maps.Clone(v.States)
@@ -133,6 +139,7 @@ func (v *View) put(keys meta.Keys, kvv kv.Value) error {
 			return fmt.Errorf("%w value at %q: node id %d", meta.ErrInvalid, kvv.Key, n.ID)
 		}
 		v.Nodes[k.Node] = n
+		v.Registered[k.Node] = kvv.CreateRevision
 	case meta.KindController:
 		c, err := meta.DecodeController(kvv.Key, kvv.Data)
 		if err != nil {
@@ -188,6 +195,7 @@ func (v *View) delete(keys meta.Keys, key string) error {
 	switch k.Kind {
 	case meta.KindNode:
 		delete(v.Nodes, k.Node)
+		delete(v.Registered, k.Node)
 	case meta.KindController:
 		v.Controller = nil
 	case meta.KindControllerEpoch:
@@ -259,3 +267,11 @@ func (v *View) Alive(node int32) bool {
 	_, ok := v.Nodes[node]
 	return ok
 }
+
+// Registration is the create revision of node's key, 0 if it is not
+// registered: the revision its current process registered at. Every
+// write of a partition state compares the registrations it assumed (see
+// package cluster), so a state at revision r names, as leader or in its
+// ISR, only processes registered before r; a node registered after r has
+// restarted or registered again since (Kafka's "bounced broker").
+func (v *View) Registration(node int32) int64 { return v.Registered[node] }
