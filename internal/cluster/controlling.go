@@ -45,6 +45,7 @@ func (n *Node) controllerLoop() {
 		}
 		v := n.View()
 		lease := n.leaseID()
+		_, registered := n.Registration()
 		switch {
 		case lease == 0:
 			mine = 0
@@ -57,6 +58,13 @@ func (n *Node) controllerLoop() {
 				tick()
 			}
 			continue
+		case mine == 0 && ownController(v, n.cfg.NodeID, registered):
+			// A campaign that won although its answer was lost.
+			mine, epoch = v.Controller.CreateRevision, v.Controller.Epoch
+			n.log.Info("the controller key is this node's own", "controller_epoch", epoch)
+			if n.cfg.AutoLeaderRebalance && stopTicker == nil {
+				tick()
+			}
 		case v.Controller.NodeID != n.cfg.NodeID || v.Controller.CreateRevision != mine:
 			if mine != 0 {
 				n.log.Info("no longer the controller", "controller", v.Controller.NodeID)
@@ -68,6 +76,19 @@ func (n *Node) controllerLoop() {
 			due = false
 		}
 	}
+}
+
+// ownController reports whether the controller key in v was created by
+// this node under the lease it registered with at registered: it names
+// this node, and was created after that registration (a key of an
+// earlier lease went with that lease, before this node could register
+// again). A campaign whose answer was lost may have won: as Kafka's
+// KafkaZkClient.registerControllerAndIncrementControllerEpoch checks the
+// controller znode it finds, the node takes such a key as its own rather
+// than leaving the cluster with a controller that does not act until its
+// lease ends.
+func ownController(v *view.View, me int32, registered int64) bool {
+	return v.Controller != nil && v.Controller.NodeID == me && registered != 0 && v.Controller.CreateRevision > registered
 }
 
 // campaign tries to create the controller key under the node's lease, with
@@ -117,6 +138,7 @@ func (n *Node) decide(v *view.View, mine int64, epoch int32, due bool) bool {
 			continue
 		}
 		conds := []kv.Cond{kv.CreateRevisionIs(n.keys.Controller(), mine), kv.ModRevisionIs(n.keys.Partition(tp.Topic, tp.Partition), w.ExpectRevision)}
+		conds = append(conds, registrationConds(n.keys, v, -1, 0, st.Leader, st.ISR)...)
 		ops := []kv.Op{kv.Put(n.keys.Partition(tp.Topic, tp.Partition), data, 0)}
 		if w.Replicas != nil {
 			t, ok := v.TopicByID(tp.Topic)
@@ -157,6 +179,7 @@ func (n *Node) decide(v *view.View, mine int64, epoch int32, due bool) bool {
 func controllerView(v *view.View, autoRebalance, due bool) controller.View {
 	cv := controller.View{
 		Alive:               map[int32]string{},
+		Registered:          map[int32]int64{},
 		ShuttingDown:        map[int32]bool{},
 		States:              map[controller.TP]controller.PartitionState{},
 		Reassign:            map[controller.TP]controller.Reassignment{},
@@ -165,6 +188,7 @@ func controllerView(v *view.View, autoRebalance, due bool) controller.View {
 	}
 	for id, ni := range v.Nodes {
 		cv.Alive[id] = ni.Rack
+		cv.Registered[id] = v.Registration(id)
 	}
 	for id, s := range v.Shutdowns {
 		if ni, ok := v.Nodes[id]; ok && ni.Incarnation == s.Incarnation {

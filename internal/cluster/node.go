@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +81,9 @@ type Node struct {
 type leaseHolder struct {
 	l           kv.Lease
 	incarnation meta.ID
+	// registered is the revision nodes/<id> was created at under l: a
+	// partition state older than it was written for an earlier process.
+	registered int64
 }
 
 // Start loads the cluster's view, registers the node and starts following
@@ -145,6 +149,58 @@ func (n *Node) LeaseDeadline() time.Time {
 		return h.l.Deadline()
 	}
 	return time.Time{}
+}
+
+// Registration is the lease deadline (see LeaseDeadline) and the etcd
+// revision the node registered at under that lease; zero and 0 when it
+// holds none. A partition state written before that revision names this
+// node as an earlier process of it: it does not lead by it (see
+// replica.Partition.Fenced).
+func (n *Node) Registration() (deadline time.Time, revision int64) {
+	if h := n.lease.Load(); h != nil {
+		return h.l.Deadline(), h.registered
+	}
+	return time.Time{}, 0
+}
+
+// registrationsFor gives, for each of replicas, the revision its node
+// registered at as v tells (this node's: registered, 0 without a lease),
+// for replica.Partition.Registrations: a state older than a replica's
+// registration speaks for an earlier process of it (Kafka's bounced
+// broker), and a restarted node does not take its old leaderships from
+// the listing.
+func registrationsFor(v *view.View, me int32, registered int64, replicas []int32) []int64 {
+	out := make([]int64, len(replicas))
+	for i, r := range replicas {
+		out[i] = v.Registration(r)
+		if r == me {
+			out[i] = registered
+		}
+	}
+	return out
+}
+
+// registrationConds are the conditions of a write of a partition state
+// naming leader and isr: each of them is still registered as the writer
+// knows it (v, and registered for me), or still absent. A state written
+// under them names only registrations older than itself, so a node that
+// registers after it is known to have bounced since (view.Registration),
+// as Kafka's controller checks broker epochs in AlterPartition (KIP-903).
+func registrationConds(keys meta.Keys, v *view.View, me int32, registered int64, leader int32, isr []int32) []kv.Cond {
+	var conds []kv.Cond
+	var seen []int32
+	for _, id := range append([]int32{leader}, isr...) {
+		if id < 0 || slices.Contains(seen, id) {
+			continue
+		}
+		seen = append(seen, id)
+		reg := v.Registration(id)
+		if id == me && registered != 0 {
+			reg = registered
+		}
+		conds = append(conds, kv.CreateRevisionIs(keys.Node(id), reg))
+	}
+	return conds
 }
 
 // Failed is closed when the node stopped on its own; Err says why.
@@ -275,10 +331,10 @@ func (n *Node) register(ctx context.Context) error {
 			n.sleepCtx(ctx, time.Second)
 			continue
 		}
-		ok, _, err := n.cfg.KV.Txn(ctx, []kv.Cond{kv.Absent(n.keys.Node(n.cfg.NodeID))},
+		ok, rev, err := n.cfg.KV.Txn(ctx, []kv.Cond{kv.Absent(n.keys.Node(n.cfg.NodeID))},
 			[]kv.Op{kv.Put(n.keys.Node(n.cfg.NodeID), data, l.ID())})
 		if err == nil && ok {
-			n.lease.Store(&leaseHolder{l: l, incarnation: inc})
+			n.lease.Store(&leaseHolder{l: l, incarnation: inc, registered: rev})
 			n.log.Info("registered in the cluster", "lease_ttl", l.TTL(), "incarnation", inc.String())
 			n.notify()
 			return nil

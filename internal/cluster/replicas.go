@@ -171,7 +171,8 @@ func (r *Replicas) follow() {
 	// by the wait.
 	tick := max(r.node.cfg.SessionTimeout/20, 50*time.Millisecond)
 	for {
-		r.apply(r.node.View(), r.node.LeaseDeadline())
+		deadline, registered := r.node.Registration()
+		r.apply(r.node.View(), deadline, registered)
 		t := make(chan struct{})
 		stop := r.node.Clock().AfterFunc(tick, func() { close(t) })
 		select {
@@ -186,8 +187,11 @@ func (r *Replicas) follow() {
 }
 
 // apply gives every replica its state in v, creating the replicas this
-// node has been assigned, and the lease deadline.
-func (r *Replicas) apply(v *view.View, deadline time.Time) {
+// node has been assigned, and the lease deadline. A state is fenced for
+// the replicas registered after it, this node included (registered is
+// the revision it registered at under its lease, 0 without one): a
+// restarted node does not take its old leaderships from the listing.
+func (r *Replicas) apply(v *view.View, deadline time.Time, registered int64) {
 	me := r.node.ID()
 	for _, t := range v.SortedTopics() {
 		minInsync := r.cfg.MinInsync
@@ -214,7 +218,7 @@ func (r *Replicas) apply(v *view.View, deadline time.Time) {
 				}
 			}
 			s.step(replica.SetState{State: replica.Partition{Replicas: replicas, Leader: st.Leader, LeaderEpoch: st.LeaderEpoch,
-				ISR: st.ISR, Revision: st.Revision, MinInsync: minInsync}})
+				ISR: st.ISR, Revision: st.Revision, MinInsync: minInsync, Registrations: registrationsFor(v, me, registered, replicas)}})
 		}
 	}
 	r.mu.Lock()
@@ -358,7 +362,8 @@ func (s *slot) writeISR(w replica.WriteISR) {
 	key := n.keys.Partition(s.tp.Topic, s.tp.Partition)
 	ctx, cancel := context.WithTimeout(s.r.ctx, n.cfg.SessionTimeout)
 	defer cancel()
-	cur := n.View().States[s.tp]
+	v := n.View()
+	cur := v.States[s.tp]
 	st := meta.PartitionState{Leader: cur.Leader, LeaderEpoch: w.LeaderEpoch, ISR: w.ISR,
 		PartitionEpoch: cur.PartitionEpoch + 1, ControllerEpoch: cur.ControllerEpoch}
 	var (
@@ -366,10 +371,16 @@ func (s *slot) writeISR(w replica.WriteISR) {
 		rev int64
 		err error
 	)
-	if cur.Revision == w.ExpectRevision && cur.Leader == n.ID() {
+	_, registered := n.Registration()
+	if cur.Revision == w.ExpectRevision && cur.Leader == n.ID() && registered != 0 {
 		var data []byte
 		if data, err = st.Encode(); err == nil {
-			ok, rev, err = n.cfg.KV.Txn(ctx, []kv.Cond{kv.ModRevisionIs(key, w.ExpectRevision)}, []kv.Op{kv.Put(key, data, 0)})
+			// The write holds only while this process and the members
+			// it keeps are registered as they were: a bounced member
+			// is for the controller to take out (KIP-903).
+			conds := append([]kv.Cond{kv.ModRevisionIs(key, w.ExpectRevision)},
+				registrationConds(n.keys, v, n.ID(), registered, n.ID(), w.ISR)...)
+			ok, rev, err = n.cfg.KV.Txn(ctx, conds, []kv.Op{kv.Put(key, data, 0)})
 		}
 	}
 	if err == nil && ok {
@@ -412,8 +423,10 @@ func (s *slot) machineState(st view.State) replica.Partition {
 			minInsync = m
 		}
 	}
-	return replica.Partition{Replicas: v.Replicas(s.tp), Leader: st.Leader, LeaderEpoch: st.LeaderEpoch, ISR: st.ISR,
-		Revision: st.Revision, MinInsync: minInsync}
+	replicas := v.Replicas(s.tp)
+	_, registered := s.r.node.Registration()
+	return replica.Partition{Replicas: replicas, Leader: st.Leader, LeaderEpoch: st.LeaderEpoch, ISR: st.ISR,
+		Revision: st.Revision, MinInsync: minInsync, Registrations: registrationsFor(v, s.r.node.ID(), registered, replicas)}
 }
 
 // Slot is a replica as the API layer uses it.
@@ -438,19 +451,22 @@ func (sl *Slot) CheckAppend(acksAll bool) error {
 }
 
 // CheckLeaderEpoch checks a request's current leader epoch (-1: not
-// given) against the replica's.
+// given) against the replica's: nil only at the leader's epoch, while
+// this node leads it under a live lease (ask it before answering
+// OffsetForLeaderEpoch, Fetch or ListOffsets as leader).
 func (sl *Slot) CheckLeaderEpoch(epoch int32) error {
 	sl.s.mu.Lock()
 	defer sl.s.mu.Unlock()
-	return sl.s.m.CheckLeaderEpoch(epoch)
+	return sl.s.m.CheckLeaderEpoch(sl.s.r.node.Clock().Now(), epoch)
 }
 
 // ClientHW is the high watermark consumers may be told, or
-// OFFSET_NOT_AVAILABLE while a new leader's is below its epoch's start.
+// OFFSET_NOT_AVAILABLE while a new leader's is below its epoch's start,
+// or NOT_LEADER_OR_FOLLOWER unless this node leads under a live lease.
 func (sl *Slot) ClientHW() (int64, error) {
 	sl.s.mu.Lock()
 	defer sl.s.mu.Unlock()
-	return sl.s.m.ClientHW()
+	return sl.s.m.ClientHW(sl.s.r.node.Clock().Now())
 }
 
 // Produced reports records appended as leader up to end (exclusive) and

@@ -289,7 +289,12 @@ func (t memTransport) EpochEnd(ctx context.Context, leader int32, asks []EpochAs
 
 func (n *memNet) start(id int32) {
 	node := n.c.start(id)
-	logs := &memLogs{logs: map[view.TP]*memLog{}}
+	n.mu.Lock()
+	logs := n.logs[id] // preset by the test, or new
+	n.mu.Unlock()
+	if logs == nil {
+		logs = &memLogs{logs: map[view.TP]*memLog{}}
+	}
 	r := NewReplicas(ReplicasConfig{Node: node, Logs: logs, Transport: memTransport{net: n, from: id},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MinInsync: 2})
 	n.c.t.Cleanup(r.Close)

@@ -20,7 +20,13 @@
 //     States older than the one the machine has (by revision) are ignored.
 //     The role follows from it: leader if Leader is this node, follower if
 //     this node is another replica of a partition that has a leader, none
-//     otherwise.
+//     otherwise. With it come the Registrations of the replicas (the etcd
+//     revision each node's current process registered at): a replica
+//     registered after the state was written, or not at all, is fenced
+//     (Kafka's bounced broker). A state naming this node leader but fenced
+//     for it makes it no leader: the leadership was given to an earlier
+//     process, whose log this one may not have (a lost disk); the
+//     controller elects it afresh, at a new leader epoch.
 //   - Lease: this node's conservative lease deadline. The machine acts only
 //     while now < deadline - margin ("the lease is live").
 //   - Tick: lets time pass; NextDeadline says when one is due.
@@ -51,11 +57,14 @@
 // unless the lease is live; past it pending produces wait (or time out)
 // and the runtime steps down. A leader whose lease is not live also
 // refuses follower fetches (NOT_LEADER_OR_FOLLOWER), leaves its HW and
-// ISR as they are, and CheckAppend refuses appends: it may already have
+// ISR as they are, CheckAppend refuses appends, and ClientHW and
+// CheckLeaderEpoch (which the runtime asks before it serves consumers and
+// OffsetForLeaderEpoch) answer NOT_LEADER_OR_FOLLOWER: it may already have
 // been replaced. A later Lease that makes it live lets it go on.
 //
-// ISR changes: an ISR follower not caught up for replica.lag.time.max is
-// removed; a follower outside the ISR whose LEO reaches the HW and the
+// ISR changes: an ISR follower not caught up for replica.lag.time.max,
+// or fenced (a new process of its node, or none), is removed; only a
+// registered follower is added; a follower outside the ISR whose LEO reaches the HW and the
 // start offset of this leader epoch is added back. Each change is a
 // WriteISR effect, a compare-and-swap on the partition's mod revision,
 // with at most one in flight; its result comes back as ISRWritten or
@@ -94,7 +103,12 @@
 // Errors follow Kafka's fetcher: FENCED_LEADER_EPOCH (this replica's epoch
 // is old) waits for a newer SetState; UNKNOWN_LEADER_EPOCH (the leader has
 // not learnt the epoch yet), NOT_LEADER_OR_FOLLOWER and anything else are
-// retried after the retry backoff. Answers sent under an older leader epoch
+// retried after the retry backoff. OFFSET_OUT_OF_RANGE asks the leader
+// where its log ends (OffsetForLeaderEpoch for its own epoch) and, if that
+// is below this replica's LEO, truncates there, even below the HW, and
+// fetches (AbstractFetcherThread.handleOutOfRangeError): a leader that
+// lost its disk may end below the HW, which the truncation of step 2
+// would otherwise fetch from forever. Answers sent under an older leader epoch
 // are ignored (their LEO is still taken: it is a fact about the local log).
 // A follower whose lease is not live sends nothing; it resumes where it
 // was once a Lease makes it live again.

@@ -117,6 +117,19 @@ func (m *Machine) syncPeers() {
 	m.leader.peers = peers
 }
 
+// forgetBounced resets the fetch state of the followers whose
+// registration changed since the state old: a new process, whose log is
+// not the one its predecessor's fetches showed.
+func (m *Machine) forgetBounced(old Partition) {
+	for _, p := range m.leader.peers {
+		was, ok1 := registration(old, p.id)
+		now, ok2 := registration(m.p, p.id)
+		if ok1 && ok2 && was != now {
+			*p = peer{id: p.id, leo: -1, lastFetchLeaderLEO: -1}
+		}
+	}
+}
+
 func (m *Machine) peer(id int32) *peer {
 	for _, p := range m.leader.peers {
 		if p.id == id {
@@ -130,12 +143,8 @@ func (m *Machine) peer(id int32) *peer {
 // filled in by Step once the fetch has had its effect.
 func (m *Machine) followerFetch(e FollowerFetch) *FetchAnswer {
 	a := &FetchAnswer{Node: e.Node}
-	if err := m.CheckLeaderEpoch(e.LeaderEpoch); err != nil {
+	if err := m.CheckLeaderEpoch(m.now, e.LeaderEpoch); err != nil {
 		a.Err = err
-		return a
-	}
-	if !m.live(m.now) {
-		a.Err = errNotLeader
 		return a
 	}
 	p := m.peer(e.Node)
@@ -281,7 +290,11 @@ func (m *Machine) maybeChangeISR() {
 	shrink := false
 	for _, id := range m.p.ISR {
 		if id != m.cfg.Node {
-			if p := m.peer(id); p == nil || !m.caughtUp(p) {
+			// A fenced follower (a new process, whose log the ISR
+			// does not speak for, or none at all) goes out at once,
+			// as Kafka's controller takes a bounced or fenced broker
+			// out of every ISR.
+			if p := m.peer(id); p == nil || !m.caughtUp(p) || m.fenced(id) {
 				shrink = true
 				continue
 			}
@@ -291,7 +304,7 @@ func (m *Machine) maybeChangeISR() {
 	if !shrink {
 		grow := false
 		for _, p := range m.leader.peers {
-			if !slices.Contains(isr, p.id) && p.leo >= 0 && p.leo >= m.hw && p.leo >= m.leader.epochStart {
+			if !slices.Contains(isr, p.id) && m.eligible(p.id) && p.leo >= 0 && p.leo >= m.hw && p.leo >= m.leader.epochStart {
 				isr = append(isr, p.id)
 				grow = true
 			}
@@ -364,13 +377,16 @@ func (m *Machine) CheckAppend(now time.Time, acksAll bool) error {
 	return nil
 }
 
-// ClientHW is the HW to show clients (Fetch, ListOffsets). A new leader's
-// HW may lag behind the offset its epoch started at, below the HW the
-// previous leader already showed; until it catches up the answer is
-// OFFSET_NOT_AVAILABLE (KIP-207), so that no client sees the HW go back:
-// ListOffsets answers that error, a consumer's Fetch an empty answer.
-func (m *Machine) ClientHW() (int64, error) {
-	if m.role != RoleLeader {
+// ClientHW is the HW to show clients (Fetch, ListOffsets) at now. A new
+// leader's HW may lag behind the offset its epoch started at, below the
+// HW the previous leader already showed; until it catches up the answer
+// is OFFSET_NOT_AVAILABLE (KIP-207), so that no client sees the HW go
+// back: ListOffsets answers that error, a consumer's Fetch an empty
+// answer. A leader without a live lease answers NOT_LEADER_OR_FOLLOWER,
+// as it refuses appends: it may already have been replaced, and what it
+// would show may be older than what its successor showed.
+func (m *Machine) ClientHW(now time.Time) (int64, error) {
+	if m.role != RoleLeader || !m.live(now) {
 		return -1, errNotLeader
 	}
 	if m.hw < m.leader.epochStart {

@@ -257,7 +257,7 @@ func (s *sim) deliver(n *simNode) {
 	case AskEpoch:
 		var ans EpochAnswer
 		ans.LeaderEpoch = e.LeaderEpoch
-		if err := l.m.CheckLeaderEpoch(e.LeaderEpoch); err != nil {
+		if err := l.m.CheckLeaderEpoch(s.now, e.LeaderEpoch); err != nil {
 			ans.Err = err
 		} else if ep, end, ok := l.log.EndOffsetFor(e.Epoch); ok {
 			ans.Epoch, ans.End = ep, end

@@ -61,6 +61,20 @@ type Partition struct {
 	ISR         []int32
 	Revision    int64 // mod revision of the partition's key
 	MinInsync   int
+	// Registrations are, for each of Replicas, the etcd revision its
+	// node's current process registered at (0: not registered; for this
+	// node, its own registration). nil: not known, nothing is fenced.
+	//
+	// A replica registered after Revision, or not at all, is fenced: the
+	// state speaks for an earlier process of it, whose log this one may
+	// not have (a lost disk); Kafka's controller calls it a bounced
+	// broker. This node does not lead by a state fenced for it; as leader
+	// it takes fenced followers out of the ISR before any other change,
+	// and adds only registered ones (KIP-841: a fenced broker is not
+	// eligible); a follower whose registration changed is a new process,
+	// whose earlier fetches count no more. The controller replaces a
+	// fenced leader.
+	Registrations []int64
 }
 
 // Local is what the local log holds when the machine is made.
@@ -355,10 +369,16 @@ func (m *Machine) setState(p Partition) {
 	old, had := m.p, m.hasState
 	p.Replicas = slices.Clone(p.Replicas)
 	p.ISR = slices.Clone(p.ISR)
+	p.Registrations = slices.Clone(p.Registrations)
 	m.p, m.hasState = p, true
 
 	role := RoleNone
 	switch {
+	case p.Leader == m.cfg.Node && m.fenced(m.cfg.Node):
+		// A leadership given to an earlier process of this node (the
+		// listing a restarted node reads, or a state older than the
+		// lease it registered again under): not ours until the
+		// controller elects this process, at a new leader epoch.
 	case p.Leader == m.cfg.Node:
 		role = RoleLeader
 	case p.Leader != NoLeader && slices.Contains(p.Replicas, m.cfg.Node):
@@ -377,6 +397,7 @@ func (m *Machine) setState(p Partition) {
 		m.becomeLeader(prev != RoleLeader)
 	case role == RoleLeader:
 		m.syncPeers()
+		m.forgetBounced(old)
 	case role == RoleFollower && (prev != RoleFollower || changed):
 		m.becomeFollower()
 	case role == RoleNone:
@@ -394,11 +415,37 @@ func (m *Machine) HW() int64 { return m.hw }
 // LEO is the local log end offset as the machine last heard of it.
 func (m *Machine) LEO() int64 { return m.leo }
 
+// registration is node's entry of p.Registrations; ok is false if the
+// runtime gives none.
+func registration(p Partition, node int32) (reg int64, ok bool) {
+	i := slices.Index(p.Replicas, node)
+	if p.Registrations == nil || i < 0 || i >= len(p.Registrations) {
+		return 0, false
+	}
+	return p.Registrations[i], true
+}
+
+// fenced reports whether the state speaks for an earlier process of node
+// (or for one that is not registered at all).
+func (m *Machine) fenced(node int32) bool {
+	reg, ok := registration(m.p, node)
+	return ok && (reg == 0 || reg > m.p.Revision)
+}
+
+// eligible reports whether node may join the ISR: it is registered.
+func (m *Machine) eligible(node int32) bool {
+	reg, ok := registration(m.p, node)
+	return !ok || reg != 0
+}
+
 // CheckLeaderEpoch checks a request's current leader epoch (-1: not given)
-// against this node's, as Kafka's leader does for Fetch, ListOffsets and
-// OffsetForLeaderEpoch: FENCED_LEADER_EPOCH if older, UNKNOWN_LEADER_EPOCH
-// if newer, NOT_LEADER_OR_FOLLOWER if equal but this node does not lead.
-func (m *Machine) CheckLeaderEpoch(epoch int32) error {
+// against this node's at now, as Kafka's leader does for Fetch, ListOffsets
+// and OffsetForLeaderEpoch: FENCED_LEADER_EPOCH if older,
+// UNKNOWN_LEADER_EPOCH if newer, NOT_LEADER_OR_FOLLOWER if equal but this
+// node does not lead, or leads without a live lease: it may already have
+// been replaced, and its log may not be the one its leadership was given
+// for (a process restarted on a lost disk).
+func (m *Machine) CheckLeaderEpoch(now time.Time, epoch int32) error {
 	if !m.hasState {
 		return errNotLeader
 	}
@@ -407,7 +454,7 @@ func (m *Machine) CheckLeaderEpoch(epoch int32) error {
 		return kerr.FencedLeaderEpoch
 	case epoch > m.p.LeaderEpoch:
 		return kerr.UnknownLeaderEpoch
-	case m.role != RoleLeader:
+	case m.role != RoleLeader || !m.live(now):
 		return errNotLeader
 	}
 	return nil

@@ -19,7 +19,7 @@ import (
 // Commands (times are offsets from the start, e.g. at=5ms, deadline=30s):
 //
 //	new node=1 [leo= hw= start= lag= margin= backoff= epochs=E:S,...]
-//	state [leader= epoch= isr= replicas= rev= min-isr=] [at=]   (unset: as before)
+//	state [leader= epoch= isr= replicas= rev= min-isr= regs=] [at=]   (unset: as before)
 //	lease deadline= [at=]
 //	tick at=
 //	append leo= [at=]
@@ -31,7 +31,7 @@ import (
 //	truncated [leo=] [at=]
 //	fetched leo= hw= [epochs=E:S,...] [leader-epoch=] [at=]
 //	fetch-error err= [leader-epoch=] [at=]
-//	check-append [acks=1] [at=] | client-hw | check-epoch epoch= | status | epochs
+//	check-append [acks=1] [at=] | client-hw [at=] | check-epoch epoch= [at=] | status | epochs
 //
 // Each step prints the effects, one a line, then "= " and a summary of the
 // machine. The test keeps a small model of the local log (its LEO and
@@ -205,6 +205,20 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			MinInsync:   int(num("min-isr", int64(base.MinInsync))),
 		}
 		p.ISR = ids("isr", base.ISR)
+		p.Registrations = base.Registrations
+		if has("regs") {
+			p.Registrations = nil
+			for _, v := range strings.Split(str("regs"), ",") {
+				if v == "" {
+					continue
+				}
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					d.Fatalf(t, "regs: %v", err)
+				}
+				p.Registrations = append(p.Registrations, n)
+			}
+		}
 		return p
 	}
 	errArg := func() error {
@@ -307,10 +321,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "check-append":
 		return errName(h.m.CheckAppend(h.now, str("acks") != "1"))
 	case "client-hw":
-		hw, err := h.m.ClientHW()
+		hw, err := h.m.ClientHW(h.now)
 		return fmt.Sprintf("%d %s", hw, errName(err))
 	case "check-epoch":
-		return errName(h.m.CheckLeaderEpoch(int32(num("epoch", -1))))
+		return errName(h.m.CheckLeaderEpoch(h.now, int32(num("epoch", -1))))
 	case "epochs":
 		return h.log.String()
 	case "status":

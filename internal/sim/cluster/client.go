@@ -275,10 +275,10 @@ func (q *proc) handleConsumerFetch(tp view.TP, epoch int32, from int64) consumer
 	if s == nil {
 		return consumerFetch{err: kerr.NotLeaderForPartition}
 	}
-	if err := s.m.CheckLeaderEpoch(epoch); err != nil {
+	if err := s.m.CheckLeaderEpoch(w.now, epoch); err != nil {
 		return consumerFetch{err: err}
 	}
-	hw, err := s.m.ClientHW()
+	hw, err := s.m.ClientHW(w.now)
 	if w.opts.Bugs.HWIsLEO && err == nil {
 		hw = s.log.leo()
 	}
@@ -288,9 +288,7 @@ func (q *proc) handleConsumerFetch(tp view.TP, epoch int32, from int64) consumer
 	if err != nil {
 		return consumerFetch{err: err}
 	}
-	if !q.live() && q.wiped {
-		w.mark(tp, knownStaleLeader)
-	}
+	q.servesAsLeader("a consumer's Fetch", tp)
 	if from > s.log.leo() {
 		return consumerFetch{err: kerr.OffsetOutOfRange}
 	}

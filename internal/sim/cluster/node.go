@@ -63,12 +63,13 @@ type proc struct {
 	watchRev    int64 // the last revision read from the watch
 	watchPaused bool  // PauseWatches is in force
 
-	view       *view.View
-	lease      kv.Lease // nil when it holds none
-	leaseSeen  bool     // its loss has been handled
-	leaseIDs   []kv.LeaseID
-	registered int
-	trustUntil time.Time // Bugs.TrustLeaseAfterPause
+	view          *view.View
+	lease         kv.Lease // nil when it holds none
+	registered    int64    // the revision it registered at under lease
+	leaseSeen     bool     // its loss has been handled
+	leaseIDs      []kv.LeaseID
+	registrations int
+	trustUntil    time.Time // Bugs.TrustLeaseAfterPause
 
 	ctl ctlState
 
@@ -359,9 +360,9 @@ func (p *proc) register() {
 			}
 			p.txn(0, []kv.Cond{kv.Absent(key)}, []kv.Op{kv.Put(key, data, l.ID())}, func(ok bool, rev int64, err error) {
 				if err == nil && ok {
-					p.lease, p.leaseSeen = l, false
+					p.lease, p.leaseSeen, p.registered = l, false, rev
 					p.leaseIDs = append(p.leaseIDs, l.ID())
-					p.registered++
+					p.registrations++
 					w.count("run.registrations")
 					w.logf("node %d.%d: registered at rev %d, lease %x ttl %v deadline %s", p.n.id, p.inc, rev, int64(l.ID()), l.TTL(), w.since(l.Deadline()))
 					p.notify()
@@ -407,6 +408,14 @@ func (p *proc) leaseDeadline() time.Time {
 	return p.lease.Deadline()
 }
 
+// registration is Node.Registration's revision: 0 without a lease.
+func (p *proc) registration() int64 {
+	if p.lease == nil {
+		return 0
+	}
+	return p.registered
+}
+
 func (p *proc) leaseID() kv.LeaseID {
 	if p.lease == nil {
 		return 0
@@ -448,6 +457,18 @@ func (p *proc) ctlRun() {
 		p.ctlDone()
 	case v.Controller == nil:
 		p.campaign(v, lease)
+	case c.mine == 0 && ownController(v, p.n.id, p.registration()):
+		// A campaign that won although its answer was lost.
+		c.mine, c.epoch = v.Controller.CreateRevision, v.Controller.Epoch
+		w := p.w
+		w.count("run.controller-adopted")
+		w.logf("node %d.%d: the controller key of epoch %d at rev %d is its own", p.n.id, p.inc, c.epoch, c.mine)
+		if w.p.autoRebalance && !c.ticking {
+			c.ticking = true
+			p.rebalanceTick()
+		}
+		p.ctlDone()
+		p.ctlWake()
 	case v.Controller.NodeID != p.n.id || v.Controller.CreateRevision != c.mine:
 		if c.mine != 0 {
 			p.w.logf("node %d.%d: no longer the controller (now %d)", p.n.id, p.inc, v.Controller.NodeID)
@@ -462,6 +483,11 @@ func (p *proc) ctlRun() {
 			p.ctlDone()
 		})
 	}
+}
+
+// ownController is internal/cluster's ownController (controlling.go).
+func ownController(v *view.View, me int32, registered int64) bool {
+	return v.Controller != nil && v.Controller.NodeID == me && registered != 0 && v.Controller.CreateRevision > registered
 }
 
 func (p *proc) rebalanceTick() {
@@ -524,6 +550,7 @@ func (p *proc) decide(v *view.View, mine int64, epoch int32, due bool, done func
 		}
 		key := w.keys.Partition(tp.Topic, tp.Partition)
 		conds := []kv.Cond{kv.CreateRevisionIs(w.keys.Controller(), mine), kv.ModRevisionIs(key, wr.ExpectRevision)}
+		conds = append(conds, registrationConds(w.keys, v, -1, 0, st.Leader, st.ISR)...)
 		ops := []kv.Op{kv.Put(key, data, 0)}
 		if wr.Replicas != nil {
 			w.fail("sim", "a reassignment decision, which the simulation never asks for")
@@ -551,6 +578,7 @@ func (p *proc) decide(v *view.View, mine int64, epoch int32, due bool, done func
 func controllerView(v *view.View, autoRebalance, due bool) controller.View {
 	cv := controller.View{
 		Alive:               map[int32]string{},
+		Registered:          map[int32]int64{},
 		ShuttingDown:        map[int32]bool{},
 		States:              map[controller.TP]controller.PartitionState{},
 		Reassign:            map[controller.TP]controller.Reassignment{},
@@ -559,6 +587,7 @@ func controllerView(v *view.View, autoRebalance, due bool) controller.View {
 	}
 	for id, ni := range v.Nodes {
 		cv.Alive[id] = ni.Rack
+		cv.Registered[id] = v.Registration(id)
 	}
 	for id, s := range v.Shutdowns {
 		if ni, ok := v.Nodes[id]; ok && ni.Incarnation == s.Incarnation {
@@ -577,6 +606,37 @@ func controllerView(v *view.View, autoRebalance, due bool) controller.View {
 		cv.Reassign[controller.TP{Topic: controller.TopicID(tp.Topic), Partition: tp.Partition}] = controller.Reassignment{Target: r.Target}
 	}
 	return cv
+}
+
+// registrationsFor is internal/cluster's registrationsFor (node.go).
+func registrationsFor(v *view.View, me int32, registered int64, replicas []int32) []int64 {
+	out := make([]int64, len(replicas))
+	for i, r := range replicas {
+		out[i] = v.Registration(r)
+		if r == me {
+			out[i] = registered
+		}
+	}
+	return out
+}
+
+// registrationConds is internal/cluster's registrationConds (node.go):
+// a partition state's leader and ISR are registered as the writer knows.
+func registrationConds(keys meta.Keys, v *view.View, me int32, registered int64, leader int32, isr []int32) []kv.Cond {
+	var conds []kv.Cond
+	var seen []int32
+	for _, id := range append([]int32{leader}, isr...) {
+		if id < 0 || slices.Contains(seen, id) {
+			continue
+		}
+		seen = append(seen, id)
+		reg := v.Registration(id)
+		if id == me && registered != 0 {
+			reg = registered
+		}
+		conds = append(conds, kv.CreateRevisionIs(keys.Node(id), reg))
+	}
+	return conds
 }
 
 // uncleanWrites is Bugs.UncleanElection: an election prefers an alive

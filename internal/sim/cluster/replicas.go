@@ -93,7 +93,7 @@ func (p *proc) applyReplicas() {
 				s = p.open(tp)
 			}
 			s.step(replica.SetState{State: replica.Partition{Replicas: replicas, Leader: st.Leader, LeaderEpoch: st.LeaderEpoch,
-				ISR: st.ISR, Revision: st.Revision, MinInsync: minInsync}})
+				ISR: st.ISR, Revision: st.Revision, MinInsync: minInsync, Registrations: registrationsFor(v, me, p.registration(), replicas)}})
 		}
 	}
 	for _, s := range p.sortedSlots() {
@@ -255,7 +255,8 @@ func (s *slot) writeISR(e replica.WriteISR) {
 			s.step(replica.ISRWriteFailed{Current: current})
 		})
 	}
-	if cur.Revision != e.ExpectRevision || cur.Leader != p.n.id {
+	registered := p.registration()
+	if cur.Revision != e.ExpectRevision || cur.Leader != p.n.id || registered == 0 {
 		failed(nil)
 		return
 	}
@@ -264,7 +265,8 @@ func (s *slot) writeISR(e replica.WriteISR) {
 		w.fail("sim", err.Error())
 		return
 	}
-	p.txn(w.p.session, []kv.Cond{kv.ModRevisionIs(key, e.ExpectRevision)}, []kv.Op{kv.Put(key, data, 0)}, func(ok bool, rev int64, err error) {
+	conds := append([]kv.Cond{kv.ModRevisionIs(key, e.ExpectRevision)}, registrationConds(w.keys, p.view, p.n.id, registered, p.n.id, e.ISR)...)
+	p.txn(w.p.session, conds, []kv.Op{kv.Put(key, data, 0)}, func(ok bool, rev int64, err error) {
 		if err == nil && ok {
 			w.count("run.isr-written")
 			w.logf("node %d.%d: %s ISR %v written at rev %d (epoch %d)", p.n.id, p.inc, w.tpName(s.tp), e.ISR, rev, e.LeaderEpoch)
@@ -283,8 +285,9 @@ func (s *slot) machineState(st view.State) replica.Partition {
 			minInsync = m
 		}
 	}
-	return replica.Partition{Replicas: v.Replicas(s.tp), Leader: st.Leader, LeaderEpoch: st.LeaderEpoch, ISR: st.ISR,
-		Revision: st.Revision, MinInsync: minInsync}
+	replicas := v.Replicas(s.tp)
+	return replica.Partition{Replicas: replicas, Leader: st.Leader, LeaderEpoch: st.LeaderEpoch, ISR: st.ISR,
+		Revision: st.Revision, MinInsync: minInsync, Registrations: registrationsFor(v, s.p.n.id, s.p.registration(), replicas)}
 }
 
 // The follower's side: replicas.go's fetcher, one per leader node.
@@ -419,7 +422,7 @@ func (f *fetcher) doFetch(wants []fetchWant, then func()) {
 			r := res[i]
 			if r.err != nil {
 				if errors.Is(r.err, kerr.OffsetOutOfRange) {
-					w.mark(x.tp, knownOutOfRange)
+					w.count("run.follower-fetch-out-of-range")
 				}
 				w.vlogf("node %d.%d: %s fetch from %d at %d (epoch %d): %v", p.n.id, p.inc, w.tpName(x.tp), f.leader, x.offset, x.leaderEpoch, r.err)
 				s.step(replica.FetchFailed{LeaderEpoch: x.leaderEpoch, Err: r.err})
@@ -520,7 +523,7 @@ func (q *proc) serveEpochs(asks []epochAsk) []epochResult {
 			out[i] = epochResult{err: kerr.NotLeaderForPartition}
 			continue
 		}
-		if err := s.m.CheckLeaderEpoch(a.leaderEpoch); err != nil {
+		if err := s.m.CheckLeaderEpoch(q.w.now, a.leaderEpoch); err != nil {
 			out[i] = epochResult{err: err}
 			continue
 		}
@@ -528,12 +531,22 @@ func (q *proc) serveEpochs(asks []epochAsk) []epochResult {
 		if !ok {
 			e, end = -1, -1
 		}
-		if !q.live() && q.wiped {
-			q.w.mark(a.tp, knownStaleLeader)
-		}
+		q.servesAsLeader("OffsetForLeaderEpoch", a.tp)
 		out[i] = epochResult{epoch: e, end: end}
 	}
 	return out
+}
+
+// servesAsLeader: a node answers what as the leader of tp, which it may
+// do only under a live lease (replica.Machine's CheckLeaderEpoch and
+// ClientHW). The harness checks it, unless a broken rule makes the
+// machine believe in a lease the node does not have.
+func (q *proc) servesAsLeader(what string, tp view.TP) {
+	w := q.w
+	if q.live() || w.opts.Bugs.LeaderIgnoresLease || w.opts.Bugs.TrustLeaseAfterPause {
+		return
+	}
+	w.fail("sim", fmt.Sprintf("node %d.%d answered %s for %s as leader without a live lease", q.n.id, q.inc, what, w.tpName(tp)))
 }
 
 // parkedFetch is a follower fetch that found nothing to read, waiting at

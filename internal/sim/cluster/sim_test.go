@@ -96,7 +96,12 @@ func TestSim(t *testing.T) {
 	sort.Slice(failures, func(i, j int) bool { return failures[i].Seed < failures[j].Seed })
 	t.Logf("ran %d of %d seeds (%d..%d) in %v: %d failed; %d events, %v of virtual time\ncounters over the batch:\n%s",
 		ran, n, *flagFirst, end-1, time.Since(began).Round(time.Millisecond), len(failures), events, virtual.Round(time.Second), total)
-	for _, k := range []string{knownStaleLeader, knownOutOfRange} {
+	knownNames := make([]string, 0, len(known))
+	for k := range known {
+		knownNames = append(knownNames, k)
+	}
+	sort.Strings(knownNames)
+	for _, k := range knownNames {
 		if seeds := known[k]; len(seeds) > 0 {
 			t.Logf("%d seeds failed by known bug %s (%s); first %v", len(seeds), k, KnownBugs[k], seeds[:min(len(seeds), 10)])
 		}
