@@ -260,6 +260,9 @@ func Start(cfg Config) (*App, error) {
 	})
 	a := &App{broker: b, store: st, coord: coord, srv: srv, ln: ln, handler: handler, log: cfg.Logger, adv: net.JoinHostPort(host, strconv.Itoa(int(port))),
 		done: make(chan error, 3), stopped: make(chan struct{}), cluster: side, cs: cs}
+	if m != nil && side != nil {
+		m.WatchCluster(func() metrics.ClusterStats { return side.counts.stats(side.node.View(), side.node.ID()) })
+	}
 	if m != nil {
 		m.WatchFetchSessions(func() metrics.FetchSessionStats {
 			st := handler.FetchSessions()
@@ -298,6 +301,7 @@ func Start(cfg Config) (*App, error) {
 			case <-topicsChanged:
 				coord.TopicsChanged()
 			case <-viewChanged:
+				side.counts.observe(side.node.View())
 				coord.TopicsChanged()
 			case <-nodeFailed:
 				a.done <- fmt.Errorf("cluster: %w", side.node.Err())

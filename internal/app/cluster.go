@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/groupd/groupd/internal/cluster/view"
 	"github.com/groupd/groupd/internal/group"
 	"github.com/groupd/groupd/internal/group/consumer"
+	"github.com/groupd/groupd/internal/metrics"
 )
 
 // ClusterConfig makes groupd a node of a cluster whose agreements are in
@@ -75,6 +77,7 @@ func (c ClusterConfig) prefix() string {
 // clusterSide is a running node's membership and replicas.
 type clusterSide struct {
 	cfg       ClusterConfig
+	counts    clusterCounts
 	etcd      *clientv3.Client
 	node      *cluster.Node
 	reps      *cluster.Replicas
@@ -116,6 +119,7 @@ func startCluster(ctx context.Context, cfg ClusterConfig, nodeID int32, host str
 		cli.Close()
 		return nil, fmt.Errorf("joining the cluster at %v under %s: %w", cfg.EtcdEndpoints, cfg.prefix(), err)
 	}
+	cs.counts.observe(cs.node.View())
 	cs.dropDeletedReplicas(b)
 	cs.transport = cluster.NewKafkaTransport(cs.node)
 	cs.reps = cluster.NewReplicas(cluster.ReplicasConfig{
@@ -208,4 +212,72 @@ func clusterHighWatermark(cs *atomic.Pointer[clusterSide]) func(string, int32) (
 		}
 		return s.Log().HighWatermark(), true
 	}
+}
+
+// clusterCounts tallies the changes a node sees in the cluster's
+// partition states, view after view, for the cluster metrics.
+type clusterCounts struct {
+	mu                              sync.Mutex
+	last                            *view.View
+	elections, isrShrinks, isrGrows uint64
+}
+
+// observe counts what changed between the last view and v.
+func (c *clusterCounts) observe(v *view.View) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last != nil {
+		e, s, g := viewChanges(c.last, v)
+		c.elections += e
+		c.isrShrinks += s
+		c.isrGrows += g
+	}
+	c.last = v
+}
+
+// viewChanges counts the partitions whose leader epoch moved, and whose
+// ISR shrank or grew, from old to cur. Partitions new in cur count for
+// nothing: their first state is not a change.
+func viewChanges(old, cur *view.View) (elections, shrinks, grows uint64) {
+	for tp, st := range cur.States {
+		was, ok := old.States[tp]
+		if !ok {
+			continue
+		}
+		if st.LeaderEpoch > was.LeaderEpoch {
+			elections++
+		}
+		switch {
+		case len(st.ISR) < len(was.ISR):
+			shrinks++
+		case len(st.ISR) > len(was.ISR):
+			grows++
+		}
+	}
+	return elections, shrinks, grows
+}
+
+// stats is the cluster metrics' reading of node me's view v.
+func (c *clusterCounts) stats(v *view.View, me int32) metrics.ClusterStats {
+	s := metrics.ClusterStats{Nodes: len(v.Nodes), Controller: v.ControllerID() == me}
+	for _, t := range v.Topics {
+		for p, replicas := range t.Partitions {
+			s.Partitions++
+			st, ok := v.States[view.TP{Topic: t.ID, Partition: int32(p)}]
+			if !ok || st.Leader == meta.NoLeader || !v.Alive(st.Leader) {
+				s.Offline++
+				continue
+			}
+			if len(st.ISR) < len(replicas) {
+				s.UnderReplicated++
+			}
+			if st.Leader == me {
+				s.Leading++
+			}
+		}
+	}
+	c.mu.Lock()
+	s.LeaderElections, s.ISRShrinks, s.ISRExpands = c.elections, c.isrShrinks, c.isrGrows
+	c.mu.Unlock()
+	return s
 }
