@@ -155,7 +155,7 @@ func (n *Node) LeaseDeadline() time.Time {
 // revision the node registered at under that lease; zero and 0 when it
 // holds none. A partition state written before that revision names this
 // node as an earlier process of it: it does not lead by it (see
-// replica.Partition.Fenced).
+// replica.Partition.Registrations).
 func (n *Node) Registration() (deadline time.Time, revision int64) {
 	if h := n.lease.Load(); h != nil {
 		return h.l.Deadline(), h.registered

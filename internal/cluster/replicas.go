@@ -187,10 +187,10 @@ func (r *Replicas) follow() {
 }
 
 // apply gives every replica its state in v, creating the replicas this
-// node has been assigned, and the lease deadline. A state is fenced for
-// the replicas registered after it, this node included (registered is
-// the revision it registered at under its lease, 0 without one): a
-// restarted node does not take its old leaderships from the listing.
+// node has been assigned, and the lease deadline. Each state goes with
+// the replicas' registrations (registered is this node's, under its
+// lease; 0 without one), so that a restarted node does not take its old
+// leaderships from the listing.
 func (r *Replicas) apply(v *view.View, deadline time.Time, registered int64) {
 	me := r.node.ID()
 	for _, t := range v.SortedTopics() {

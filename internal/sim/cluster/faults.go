@@ -143,7 +143,6 @@ func (w *world) startProc(n *node) {
 		return
 	}
 	n.inc++
-	wiped := n.loseDisk
 	if n.loseDisk {
 		n.loseDisk = false
 		for _, l := range n.disk {
@@ -158,7 +157,7 @@ func (w *world) startProc(n *node) {
 	}
 	w.chk.restarted(n)
 	p := &proc{n: n, w: w, inc: n.inc, name: fmt.Sprintf("n%d.%d", n.id, n.inc),
-		slots: map[view.TP]*slot{}, fetchers: map[int32]*fetcher{}, wiped: wiped}
+		slots: map[view.TP]*slot{}, fetchers: map[int32]*fetcher{}}
 	p.kv = w.model.Client(p.name)
 	n.proc = p
 	p.syncFault()

@@ -51,7 +51,6 @@ type proc struct {
 	kv   *kvmodel.Client
 
 	dead, paused bool
-	wiped        bool     // it started on a lost disk
 	deferred     []func() // what arrived while paused, in order
 	fault        kvmodel.Fault
 	parked       []*etcdCall // calls hanging under HangCalls
