@@ -165,6 +165,11 @@ func (s *slot) step(ev replica.Event) *replica.FetchAnswer {
 				w.count("run.leader-epochs-started")
 				w.logf("node %d.%d: %s leads epoch %d from %d (%s)", p.n.id, p.inc, w.tpName(s.tp), e.Epoch, e.Offset, s.log)
 				s.epoch, s.acted = e.Epoch, false
+				if pc := w.chk.parts[s.tp]; pc != nil {
+					if _, lost := pc.lostDisk[p.n.id]; lost && s.log.leo() < int64(len(pc.committed)) {
+						w.mark(s.tp, knownLostDiskElected)
+					}
+				}
 			case replica.SetHW:
 				s.log.hw = e.HW
 				w.chk.hwSet(p.n, s.tp, s.log)
