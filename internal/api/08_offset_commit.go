@@ -25,7 +25,7 @@ func (h *Handler) offsetCommit(ctx context.Context, r *server.Request) (kmsg.Res
 	byName.Topics = nil
 	var unknown []kmsg.OffsetCommitResponseTopic
 	for _, t := range req.Topics {
-		topic, ok := h.b.TopicByID(t.TopicID)
+		name, ok := h.topicNameOf(t.TopicID)
 		if !ok {
 			rt := kmsg.NewOffsetCommitResponseTopic()
 			rt.TopicID = t.TopicID
@@ -37,7 +37,7 @@ func (h *Handler) offsetCommit(ctx context.Context, r *server.Request) (kmsg.Res
 			unknown = append(unknown, rt)
 			continue
 		}
-		t.Topic = topic.Name
+		t.Topic = name
 		byName.Topics = append(byName.Topics, t)
 	}
 	sub := *r
@@ -46,8 +46,8 @@ func (h *Handler) offsetCommit(ctx context.Context, r *server.Request) (kmsg.Res
 		out := resp.(*kmsg.OffsetCommitResponse)
 		out.Version = req.Version
 		for i := range out.Topics {
-			if t, ok := h.b.Topic(out.Topics[i].Topic); ok {
-				out.Topics[i].TopicID = t.ID
+			if id, ok := h.topicIDOf(out.Topics[i].Topic); ok {
+				out.Topics[i].TopicID = id
 			}
 		}
 		out.Topics = append(out.Topics, unknown...)

@@ -32,7 +32,7 @@ func (h *Handler) offsetFetch(ctx context.Context, r *server.Request) (kmsg.Resp
 		}
 		byName.Groups[i].Topics = []kmsg.OffsetFetchRequestGroupTopic{}
 		for _, t := range g.Topics {
-			topic, ok := h.b.TopicByID(t.TopicID)
+			name, ok := h.topicNameOf(t.TopicID)
 			if !ok {
 				rt := kmsg.NewOffsetFetchResponseGroupTopic()
 				rt.TopicID = t.TopicID
@@ -45,7 +45,7 @@ func (h *Handler) offsetFetch(ctx context.Context, r *server.Request) (kmsg.Resp
 				unknown[g.Group] = append(unknown[g.Group], rt)
 				continue
 			}
-			t.Topic = topic.Name
+			t.Topic = name
 			byName.Groups[i].Topics = append(byName.Groups[i].Topics, t)
 		}
 	}
@@ -60,8 +60,8 @@ func (h *Handler) offsetFetch(ctx context.Context, r *server.Request) (kmsg.Resp
 			for _, t := range g.Topics {
 				// A v10 reply can only name topics by id: offsets of a
 				// topic that no longer exists cannot be expressed.
-				if topic, ok := h.b.Topic(t.Topic); ok {
-					t.TopicID = topic.ID
+				if id, ok := h.topicIDOf(t.Topic); ok {
+					t.TopicID = id
 					kept = append(kept, t)
 				}
 			}

@@ -74,6 +74,33 @@ func (h *Handler) clusterID() string {
 	return h.b.ClusterID()
 }
 
+// topicNameOf is the name of the topic with id: the cluster's topic in
+// cluster mode, the broker's on a single node.
+func (h *Handler) topicNameOf(id [16]byte) (string, bool) {
+	if h.cl != nil {
+		t, ok := h.cl.Node.View().TopicByID(meta.ID(id))
+		return t.Name, ok
+	}
+	t, ok := h.b.TopicByID(id)
+	if !ok {
+		return "", false
+	}
+	return t.Name, true
+}
+
+// topicIDOf is the id of the topic named name.
+func (h *Handler) topicIDOf(name string) ([16]byte, bool) {
+	if h.cl != nil {
+		t, ok := h.cl.Node.View().Topic(name)
+		return t.ID, ok
+	}
+	t, ok := h.b.Topic(name)
+	if !ok {
+		return [16]byte{}, false
+	}
+	return t.ID, true
+}
+
 // adminTimeout bounds how long an admin request waits for etcd and for
 // the node's view to show its change, when the request gives no timeout.
 const adminTimeout = 30 * time.Second
