@@ -177,6 +177,10 @@ func (l brokerLogs) Replica(t meta.Topic, p int32) (cluster.ReplicaLog, error) {
 	return l.b.OpenReplica(broker.ReplicaKey{Topic: broker.TopicID(t.ID), Partition: p}, t.Name, t.Configs)
 }
 
+func (l brokerLogs) Drop(topic meta.ID, p int32) error {
+	return l.b.DropReplica(broker.ReplicaKey{Topic: broker.TopicID(topic), Partition: p})
+}
+
 // clusterTopics is the coordinator's picture of the topics in cluster
 // mode: the cluster's, from the node's view.
 func clusterTopics(cs *atomic.Pointer[clusterSide]) func() []group.Topic {

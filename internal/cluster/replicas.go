@@ -49,6 +49,9 @@ type Logs interface {
 	// Replica returns the log of a partition this node is a replica of,
 	// creating it (empty) if it does not exist.
 	Replica(t meta.Topic, partition int32) (ReplicaLog, error)
+	// Drop deletes the log of a replica this node no longer holds: its
+	// topic was deleted, or the replica was moved away.
+	Drop(topic meta.ID, partition int32) error
 }
 
 // Transport carries a follower's requests to the leader.
@@ -193,6 +196,7 @@ func (r *Replicas) follow() {
 // leaderships from the listing.
 func (r *Replicas) apply(v *view.View, deadline time.Time, registered int64) {
 	me := r.node.ID()
+	r.dropGone(v)
 	for _, t := range v.SortedTopics() {
 		minInsync := r.cfg.MinInsync
 		if s, ok := t.Configs["min.insync.replicas"]; ok {
@@ -229,6 +233,32 @@ func (r *Replicas) apply(v *view.View, deadline time.Time, registered int64) {
 	r.mu.Unlock()
 	for _, s := range slots {
 		s.step(replica.Lease{Deadline: deadline})
+	}
+}
+
+// dropGone stops the replicas that v no longer places on this node, and
+// deletes their logs: a deleted topic's, or one moved away. Left running,
+// a deleted partition's leader would go on proposing ISR changes that
+// etcd refuses, for ever.
+func (r *Replicas) dropGone(v *view.View) {
+	me := r.node.ID()
+	r.mu.Lock()
+	var gone []*slot
+	for tp, s := range r.slots {
+		if !slices.Contains(v.Replicas(tp), me) {
+			gone = append(gone, s)
+			delete(r.slots, tp)
+		}
+	}
+	r.mu.Unlock()
+	// Outside r.mu: a slot's step takes r.mu under its own lock.
+	for _, s := range gone {
+		s.stop()
+		if err := r.cfg.Logs.Drop(s.tp.Topic, s.tp.Partition); err != nil {
+			r.log.Warn("deleting the log of a replica this node no longer holds", "tp", s.tp, "err", err)
+			continue
+		}
+		r.log.Info("deleted the log of a replica this node no longer holds", "tp", s.tp)
 	}
 }
 

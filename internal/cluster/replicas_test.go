@@ -180,6 +180,20 @@ func (m *memLogs) Replica(t meta.Topic, p int32) (ReplicaLog, error) {
 	return m.get(view.TP{Topic: t.ID, Partition: p}), nil
 }
 
+func (m *memLogs) Drop(topic meta.ID, p int32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.logs, view.TP{Topic: topic, Partition: p})
+	return nil
+}
+
+// has reports whether the log of tp exists.
+func (m *memLogs) has(tp view.TP) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.logs[tp] != nil
+}
+
 func (m *memLogs) get(tp view.TP) *memLog {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -419,4 +433,41 @@ func TestReplicationAcksAllAndFailover(t *testing.T) {
 	if e := ln.epochOf(end - 1); e < 1 {
 		t.Fatalf("a record written by the new leader has epoch %d, want its own", e)
 	}
+}
+
+// A deleted topic's replicas stop and their logs go, on every node; before
+// they did, its leader went on proposing ISR changes that etcd refused.
+func TestReplicasOfADeletedTopicAreDropped(t *testing.T) {
+	c := newTestCluster(t)
+	net := &memNet{c: c, reps: map[int32]*Replicas{}, logs: map[int32]*memLogs{}, cut: map[int32]bool{}}
+	for id := int32(1); id <= 3; id++ {
+		net.start(id)
+	}
+	c.eventually("three nodes and a controller", func(v *view.View) bool { return len(v.Nodes) == 3 && v.Controller != nil })
+	tid := meta.ID{6}
+	tp := view.TP{Topic: tid}
+	c.createTopic("doomed", tid, [][]int32{{1, 2, 3}})
+	held := func(want bool) {
+		t.Helper()
+		deadline := time.Now().Add(hangGuard)
+		for {
+			all := true
+			for id := int32(1); id <= 3; id++ {
+				_, ok := net.reps[id].Replica(tp)
+				all = all && ok == want && net.logs[id].has(tp) == want
+			}
+			if all {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replicas held: want %v on every node (hang guard)", want)
+			}
+			c.advance(100 * time.Millisecond)
+		}
+	}
+	held(true)
+	if err := c.nodes[2].DeleteTopic(context.Background(), "doomed"); err != nil {
+		t.Fatal(err)
+	}
+	held(false)
 }
