@@ -418,6 +418,11 @@ func (s *slot) writeISR(w replica.WriteISR) {
 		s.step(replica.ISRWritten{Revision: rev})
 		return
 	}
+	if s.r.ctx.Err() != nil {
+		// The replicas are closing: an answer would only have the
+		// machine propose again, write after write, until it stops.
+		return
+	}
 	if err != nil {
 		s.r.log.Warn("writing the ISR", "tp", s.tp, "err", err)
 	}
