@@ -19,13 +19,14 @@ const (
 
 // findCoordinator names this node for every group: one node coordinates
 // all of them. There is no transaction coordinator.
-func (h *Handler) findCoordinator(_ context.Context, r *server.Request) (kmsg.Response, error) {
+func (h *Handler) findCoordinator(ctx context.Context, r *server.Request) (kmsg.Response, error) {
 	req := r.Msg.(*kmsg.FindCoordinatorRequest)
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	answer := func(key string) (nodeID int32, host string, port int32, code int16, msg *string) {
 		switch req.CoordinatorType {
 		case keyTypeGroup:
 			if h.cl != nil {
+				h.ensureClusterOffsetsTopic(ctx)
 				n, ok := h.cl.coordinatorNode()
 				if !ok {
 					return -1, "", -1, kerr.CoordinatorNotAvailable.Code, strp("no controller is elected")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -52,6 +53,9 @@ type clusterMode struct {
 	pidNext   int64
 	pidEnd    int64
 	pidLoaded bool
+
+	// offsetsTopic is set once __consumer_offsets is known to exist.
+	offsetsTopic atomic.Bool
 }
 
 // InCluster serves the node's share of a cluster instead of a single
@@ -229,6 +233,9 @@ func (h *Handler) clusterProduce(r *server.Request, req *kmsg.ProduceRequest) (k
 		t, err := c.topicOf(req.Version >= 13, rt.Topic, rt.TopicID)
 		if topicErr == nil {
 			topicErr = err
+		}
+		if topicErr == nil && t.Name == broker.OffsetsTopicName {
+			topicErr = errInternalAppend
 		}
 		for pi, rp := range rt.Partitions {
 			sp := &st.Partitions[pi]
@@ -553,6 +560,37 @@ func notCoordinator(req kmsg.Request) kmsg.Response {
 	return coordinator.ErrorResponse(req, kerr.NotCoordinator.Code)
 }
 
+// --- __consumer_offsets ---
+
+// offsetsTopicReplicas is offsets.topic.replication.factor, at most the
+// live node count.
+const offsetsTopicReplicas = 3
+
+// ensureOffsetsTopic creates __consumer_offsets in the cluster, as Kafka
+// does when a group coordinator is first looked for, so that Metadata
+// lists it as an internal topic and regular expressions can match it. The
+// coordinator keeps its records in its own store, so its partitions stay
+// empty. A failure is logged, and tried again on the next group request.
+func (h *Handler) ensureClusterOffsetsTopic(ctx context.Context) {
+	c := h.cl
+	if c.offsetsTopic.Load() {
+		return
+	}
+	if _, ok := c.Node.View().Topic(broker.OffsetsTopicName); ok {
+		c.offsetsTopic.Store(true)
+		return
+	}
+	rf := min(offsetsTopicReplicas, len(c.Node.View().Nodes))
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	_, err := c.Node.CreateTopic(ctx, broker.OffsetsTopicName, int(h.b.OffsetsTopicPartitions()), max(rf, 1), broker.OffsetsTopicConfigs())
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		h.log.Warn("creating the internal topic", "topic", broker.OffsetsTopicName, "err", err)
+		return
+	}
+	c.offsetsTopic.Store(true)
+}
+
 // --- topics ---
 
 // clusterCreateTopic creates one topic in etcd, placed by the cluster
@@ -660,6 +698,9 @@ func (h *Handler) clusterDeleteTopic(ctx context.Context, rt kmsg.DeleteTopicsRe
 		return kerr.UnknownTopicOrPartition
 	}
 	st.Topic, st.TopicID = strp(t.Name), t.ID
+	if t.Name == broker.OffsetsTopicName {
+		return detail(kerr.InvalidRequest, "%s is an internal topic", broker.OffsetsTopicName)
+	}
 	if timeout <= 0 {
 		timeout = adminTimeout
 	}
@@ -675,6 +716,8 @@ func (h *Handler) clusterCreatePartitions(ctx context.Context, rt kmsg.CreatePar
 	switch {
 	case !ok:
 		return kerr.UnknownTopicOrPartition
+	case t.Name == broker.OffsetsTopicName:
+		return detail(kerr.InvalidRequest, "%s is an internal topic: its partition count is fixed", rt.Topic)
 	case int(rt.Count) <= len(t.Partitions):
 		return detail(kerr.InvalidPartitions, "topic currently has %d partitions, which is higher than or equal to the requested %d", len(t.Partitions), rt.Count)
 	case len(rt.Assignment) > 0:

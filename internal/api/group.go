@@ -31,7 +31,11 @@ func (h *Handler) coordinate(ctx context.Context, r *server.Request) (kmsg.Respo
 // coordinateThen is coordinate with a step that adapts the coordinator's
 // response before it is written.
 func (h *Handler) coordinateThen(ctx context.Context, r *server.Request, then func(kmsg.Response) kmsg.Response) *later {
-	h.ensureOffsetsTopic()
+	if h.cl != nil {
+		h.ensureClusterOffsetsTopic(ctx)
+	} else {
+		h.ensureOffsetsTopic()
+	}
 	l := laters.Get().(*later)
 	l.brief, l.ctx, l.then = !parks(r.Msg), ctx, then
 	if h.cl != nil && !h.cl.coordinatesHere() {

@@ -3,6 +3,7 @@ package broker
 import (
 	"crypto/rand"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -44,6 +45,14 @@ type detailError struct {
 
 func (e *detailError) Error() string { return e.code.Message + ": " + e.msg }
 func (e *detailError) Unwrap() error { return e.code }
+
+// OffsetsTopicPartitions is the partition count __consumer_offsets is
+// created with (offsets.topic.num.partitions).
+func (b *Broker) OffsetsTopicPartitions() int32 { return b.cfg.OffsetsTopicPartitions }
+
+// OffsetsTopicConfigs are the configs __consumer_offsets is created with,
+// as Kafka's.
+func OffsetsTopicConfigs() map[string]string { return maps.Clone(offsetsTopicConfigs) }
 
 // OffsetsTopic returns __consumer_offsets if it was created.
 func (b *Broker) OffsetsTopic() (OffsetsTopic, bool) {
