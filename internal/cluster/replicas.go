@@ -670,6 +670,9 @@ func (f *fetcher) doFetch(wants []FetchWant) {
 func (s *slot) appendFetched(w FetchWant, res FetchResult) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.m.AwaitsFetch(w.LeaderEpoch, w.Offset) {
+		return // a stale answer: the machine has moved on
+	}
 	leo := s.log.LogEndOffset()
 	if len(res.Batches) > 0 {
 		if leo != w.Offset {

@@ -103,7 +103,8 @@ func (m *Machine) epochAnswer(e EpochAnswer) {
 // Records below that end may differ from the leader's; Kafka does not
 // mend that either, and it only happens once acknowledged records are
 // lost. A leader whose log reaches ours had moved its log start past our
-// end, or grew meanwhile: fetch again after the backoff. (Kafka would
+// end, or grew meanwhile: find the divergence again (OffsetForLeaderEpoch)
+// after the backoff, then fetch. (Kafka would
 // then truncate fully and start at the leader's log start; the log has
 // no such operation yet, and retention does not move a leader's log
 // start past an ISR follower's end.)
@@ -113,9 +114,23 @@ func (m *Machine) outOfRange(leaderEnd int64) {
 	case leaderEnd >= 0 && leaderEnd < m.leo:
 		f.phase, f.truncateTo, f.fetchNext = phaseTruncate, leaderEnd, true
 	default:
-		f.phase = phaseFetch
+		// Ask again where our log diverges from the leader's before
+		// fetching from our end: records at our end may have come from
+		// an older leader.
+		f.phase = phaseAsk
 		f.retryAt = m.now.Add(m.cfg.RetryBackoff)
 	}
+}
+
+// AwaitsFetch reports whether the answer to a fetch sent with leaderEpoch
+// at offset is the one the follower waits for, so that the runtime may
+// append its records: an answer to a fetch of an older leader epoch (a
+// request parked at the old leader, answered after the leader changed) or
+// from before a truncation must be dropped, records and all, as Kafka's
+// AbstractFetcherThread drops the data of a partition whose fetch state
+// changed while the request was out.
+func (m *Machine) AwaitsFetch(leaderEpoch int32, offset int64) bool {
+	return m.awaiting(phaseFetch, leaderEpoch) && offset == m.leo
 }
 
 // truncationPoint is Kafka's AbstractFetcherThread.getOffsetTruncationState

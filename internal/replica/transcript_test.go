@@ -32,6 +32,7 @@ import (
 //	fetched leo= hw= [epochs=E:S,...] [leader-epoch=] [at=]
 //	fetch-error err= [leader-epoch=] [at=]
 //	check-append [acks=1] [at=] | client-hw [at=] | check-epoch epoch= [at=] | status | epochs
+//	awaits-fetch [leader-epoch=] offset=
 //
 // Each step prints the effects, one a line, then "= " and a summary of the
 // machine. The test keeps a small model of the local log (its LEO and
@@ -325,6 +326,8 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return fmt.Sprintf("%d %s", hw, errName(err))
 	case "check-epoch":
 		return errName(h.m.CheckLeaderEpoch(h.now, int32(num("epoch", -1))))
+	case "awaits-fetch":
+		return fmt.Sprint(h.m.AwaitsFetch(leaderEpoch(), num("offset", 0)))
 	case "epochs":
 		return h.log.String()
 	case "status":

@@ -445,6 +445,10 @@ func (f *fetcher) doFetch(wants []fetchWant, then func()) {
 // appendFetched is slot.appendFetched.
 func (s *slot) appendFetched(x fetchWant, r fetchResult) {
 	w := s.p.w
+	if !s.m.AwaitsFetch(x.leaderEpoch, x.offset) {
+		w.count("run.stale-fetch-dropped")
+		return // a stale answer: the machine has moved on
+	}
 	leo := s.log.leo()
 	if len(r.recs) > 0 {
 		if leo != x.offset {
