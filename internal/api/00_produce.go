@@ -46,33 +46,19 @@ func (h *Handler) produce(_ context.Context, r *server.Request) (kmsg.Response, 
 		t, topicErr := h.produceTopic(req.Version, rt)
 		for pi, rp := range rt.Partitions {
 			sp := &st.Partitions[pi]
-			*sp = kmsg.NewProduceResponseTopicPartition()
-			sp.Partition = rp.Partition
-			sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = -1, -1, -1
-			var err error
-			switch {
-			case !acksOK:
-				err = kerr.InvalidRequiredAcks
-			case req.TransactionID != nil:
-				// Transactions are not served; producers only get
-				// here if they ignore that AddPartitionsToTxn is not
-				// advertised.
-				err = kerr.TransactionalIDAuthorizationFailed
-			case topicErr != nil:
-				err = topicErr
-			default:
-				wg.Go(func() {
-					l, end, err := h.producePartition(t, rp, sp)
-					h.setProduceError(req.Version, rt.Topic, sp, err)
-					if err == nil && l.SyncsAppends() && req.Acks != 0 {
-						syncs.Lock()
-						syncs.logs = append(syncs.logs, pendingSync{sp, l, end})
-						syncs.Unlock()
-					}
-				})
+			if err := startProduceAnswer(sp, rp, req, acksOK, topicErr); err != nil {
+				h.setProduceError(req.Version, rt.Topic, sp, err)
 				continue
 			}
-			h.setProduceError(req.Version, rt.Topic, sp, err)
+			wg.Go(func() {
+				l, end, err := h.producePartition(t, rp, sp)
+				h.setProduceError(req.Version, rt.Topic, sp, err)
+				if err == nil && l.SyncsAppends() && req.Acks != 0 {
+					syncs.Lock()
+					syncs.logs = append(syncs.logs, pendingSync{sp, l, end})
+					syncs.Unlock()
+				}
+			})
 		}
 	}
 	wg.Wait()
@@ -84,6 +70,25 @@ func (h *Handler) produce(_ context.Context, r *server.Request) (kmsg.Response, 
 		return &durableProduce{ProduceResponse: resp, syncs: syncs.logs, h: h, version: req.Version}, nil
 	}
 	return resp, nil
+}
+
+// startProduceAnswer lays out the answer to one produced partition, as
+// failed until its append succeeds, and returns the error the request
+// itself gives it: acks that are not 0, 1 or -1, a transaction, or its
+// topic's error.
+func startProduceAnswer(sp *kmsg.ProduceResponseTopicPartition, rp kmsg.ProduceRequestTopicPartition, req *kmsg.ProduceRequest, acksOK bool, topicErr error) error {
+	*sp = kmsg.NewProduceResponseTopicPartition()
+	sp.Partition = rp.Partition
+	sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = -1, -1, -1
+	switch {
+	case !acksOK:
+		return kerr.InvalidRequiredAcks
+	case req.TransactionID != nil:
+		// Transactions are not served; producers only get here if they
+		// ignore that AddPartitionsToTxn is not advertised.
+		return kerr.TransactionalIDAuthorizationFailed
+	}
+	return topicErr
 }
 
 // pendingSync is one partition whose append must be fsynced before the

@@ -56,6 +56,33 @@ func detail(code *kerr.Error, format string, args ...any) error {
 	return &detailedError{code, fmt.Sprintf(format, args...)}
 }
 
+// requestedConfigs are the configs a CreateTopics topic sets.
+func requestedConfigs(rt kmsg.CreateTopicsRequestTopic) map[string]string {
+	configs := make(map[string]string, len(rt.Configs))
+	for _, c := range rt.Configs {
+		if c.Value != nil {
+			configs[c.Name] = *c.Value
+		}
+	}
+	return configs
+}
+
+// answerTopicConfigs gives a new topic's configs in its answer (v5+), as
+// DescribeConfigs would; it fails if they do not resolve.
+func (h *Handler) answerTopicConfigs(configs map[string]string, st *kmsg.CreateTopicsResponseTopic) error {
+	values, err := h.b.ResolveConfigs(configs)
+	if err != nil {
+		return err
+	}
+	st.Configs = make([]kmsg.CreateTopicsResponseTopicConfig, 0, len(values))
+	for _, v := range values {
+		c := kmsg.NewCreateTopicsResponseTopicConfig()
+		c.Name, c.Value, c.Source = v.Def.Name, strp(v.Value), int8(v.Source)
+		st.Configs = append(st.Configs, c)
+	}
+	return nil
+}
+
 func (h *Handler) createTopic(rt kmsg.CreateTopicsRequestTopic, validateOnly, duplicate bool, st *kmsg.CreateTopicsResponseTopic) error {
 	if duplicate {
 		return detail(kerr.InvalidRequest, "topic %q is named more than once in the request", rt.Topic)
@@ -83,26 +110,13 @@ func (h *Handler) createTopic(rt kmsg.CreateTopicsRequestTopic, validateOnly, du
 	case rf > 1:
 		return detail(kerr.InvalidReplicationFactor, "replication factor: %d larger than available brokers: 1", rf)
 	}
-	configs := make(map[string]string, len(rt.Configs))
-	for _, c := range rt.Configs {
-		if c.Value != nil {
-			configs[c.Name] = *c.Value
-		}
-	}
+	configs := requestedConfigs(rt)
 	t, err := h.b.CreateTopic(rt.Topic, n, configs, validateOnly)
 	if err != nil {
 		return err
 	}
-	// v5+ answers with the topic's configs, as DescribeConfigs would.
-	values, err := h.b.ResolveConfigs(configs)
-	if err != nil {
+	if err := h.answerTopicConfigs(configs, st); err != nil {
 		return err
-	}
-	st.Configs = make([]kmsg.CreateTopicsResponseTopicConfig, 0, len(values))
-	for _, v := range values {
-		c := kmsg.NewCreateTopicsResponseTopicConfig()
-		c.Name, c.Value, c.Source = v.Def.Name, strp(v.Value), int8(v.Source)
-		st.Configs = append(st.Configs, c)
 	}
 	st.ReplicationFactor = 1
 	if t != nil {

@@ -34,20 +34,9 @@ func (h *Handler) deleteTopics(ctx context.Context, r *server.Request) (kmsg.Res
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
 		var err error
 		ot, internal := h.b.OffsetsTopic()
-		if h.cl != nil {
-			err = h.clusterDeleteTopic(ctx, rt, &st, time.Duration(req.TimeoutMillis)*time.Millisecond)
-			if err != nil {
-				st.ErrorCode = errCode(err)
-				if req.Version >= 5 {
-					st.ErrorMessage = errMessage(err)
-				}
-			} else {
-				deleted = append(deleted, *st.Topic)
-			}
-			resp.Topics = append(resp.Topics, st)
-			continue
-		}
 		switch {
+		case h.cl != nil:
+			err = h.clusterDeleteTopic(ctx, rt, &st, time.Duration(req.TimeoutMillis)*time.Millisecond)
 		case internal && ((rt.Topic != nil && *rt.Topic == broker.OffsetsTopicName) || (rt.Topic == nil && rt.TopicID == ot.ID)):
 			st.Topic, st.TopicID = strp(broker.OffsetsTopicName), ot.ID
 			err = detail(kerr.InvalidRequest, "%s is an internal topic: the group coordinator's records are in its store", broker.OffsetsTopicName)

@@ -239,19 +239,7 @@ func (h *Handler) clusterProduce(r *server.Request, req *kmsg.ProduceRequest) (k
 		}
 		for pi, rp := range rt.Partitions {
 			sp := &st.Partitions[pi]
-			*sp = kmsg.NewProduceResponseTopicPartition()
-			sp.Partition = rp.Partition
-			sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = -1, -1, -1
-			var err error
-			switch {
-			case !acksOK:
-				err = kerr.InvalidRequiredAcks
-			case req.TransactionID != nil:
-				err = kerr.TransactionalIDAuthorizationFailed
-			case topicErr != nil:
-				err = topicErr
-			}
-			if err != nil {
+			if err := startProduceAnswer(sp, rp, req, acksOK, topicErr); err != nil {
 				h.setProduceError(req.Version, rt.Topic, sp, err)
 				continue
 			}
@@ -309,10 +297,7 @@ func (h *Handler) hintLeader(resp *kmsg.ProduceResponse, sp *kmsg.ProduceRespons
 	}
 	hinted[leader] = true
 	b := kmsg.NewProduceResponseBroker()
-	b.NodeID, b.Host, b.Port = node.ID, node.Host, node.Port
-	if node.Rack != "" {
-		b.Rack = strp(node.Rack)
-	}
+	b.NodeID, b.Host, b.Port, b.Rack = node.ID, node.Host, node.Port, rackOf(node)
 	resp.Brokers = append(resp.Brokers, b)
 }
 
@@ -622,21 +607,9 @@ func (h *Handler) clusterCreateTopic(ctx context.Context, rt kmsg.CreateTopicsRe
 	if _, ok := c.Node.View().Topic(rt.Topic); ok {
 		return detail(kerr.TopicAlreadyExists, "topic %q already exists", rt.Topic)
 	}
-	configs := make(map[string]string, len(rt.Configs))
-	for _, cf := range rt.Configs {
-		if cf.Value != nil {
-			configs[cf.Name] = *cf.Value
-		}
-	}
-	values, err := h.b.ResolveConfigs(configs)
-	if err != nil {
+	configs := requestedConfigs(rt)
+	if err := h.answerTopicConfigs(configs, st); err != nil {
 		return err
-	}
-	st.Configs = make([]kmsg.CreateTopicsResponseTopicConfig, 0, len(values))
-	for _, v := range values {
-		cf := kmsg.NewCreateTopicsResponseTopicConfig()
-		cf.Name, cf.Value, cf.Source = v.Def.Name, strp(v.Value), int8(v.Source)
-		st.Configs = append(st.Configs, cf)
 	}
 	st.NumPartitions, st.ReplicationFactor = int32(n), int16(rf)
 	if validateOnly {
@@ -750,10 +723,7 @@ func (h *Handler) clusterMetadata(ctx context.Context, req *kmsg.MetadataRequest
 	v := c.Node.View()
 	for _, n := range v.SortedNodes() {
 		br := kmsg.NewMetadataResponseBroker()
-		br.NodeID, br.Host, br.Port = n.ID, n.Host, n.Port
-		if n.Rack != "" {
-			br.Rack = strp(n.Rack)
-		}
+		br.NodeID, br.Host, br.Port, br.Rack = n.ID, n.Host, n.Port, rackOf(n)
 		resp.Brokers = append(resp.Brokers, br)
 	}
 	resp.ClusterID = strp(c.ClusterID)
@@ -838,10 +808,16 @@ func (c *clusterMode) describeCluster(resp *kmsg.DescribeClusterResponse) {
 	resp.ControllerID = v.ControllerID()
 	for _, n := range v.SortedNodes() {
 		b := kmsg.NewDescribeClusterResponseBroker()
-		b.NodeID, b.Host, b.Port = n.ID, n.Host, n.Port
-		if n.Rack != "" {
-			b.Rack = strp(n.Rack)
-		}
+		b.NodeID, b.Host, b.Port, b.Rack = n.ID, n.Host, n.Port, rackOf(n)
 		resp.Brokers = append(resp.Brokers, b)
 	}
+}
+
+// rackOf is a node's rack for the answers that name it: null if it has
+// none.
+func rackOf(n meta.NodeInfo) *string {
+	if n.Rack == "" {
+		return nil
+	}
+	return strp(n.Rack)
 }

@@ -96,14 +96,20 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 	if err != nil || res.Err != nil {
 		t.Fatalf("create topic: %v %v", err, res.Err)
 	}
-	md, err := adm.Metadata(ctx, "replicated")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p0 := md.Topics["replicated"].Partitions[0]
-	if len(p0.Replicas) != 3 {
-		t.Fatalf("partition 0 has replicas %v, want 3", p0.Replicas)
-	}
+	// The node that created the topic waited for its leaders; the node
+	// Metadata asks may see them a moment later.
+	var p0 kadm.PartitionDetail
+	waitUntil(t, ctx, func() error {
+		md, err := adm.Metadata(ctx, "replicated")
+		if err != nil {
+			return err
+		}
+		p0 = md.Topics["replicated"].Partitions[0]
+		if len(p0.Replicas) != 3 || p0.Leader < 1 {
+			return fmt.Errorf("partition 0: replicas %v, leader %d", p0.Replicas, p0.Leader)
+		}
+		return nil
+	})
 
 	const n = 200
 	produce := func(from int) {
@@ -123,7 +129,7 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 	produce(n)
 
 	// Every acknowledged record, once and in order, from the new leader.
-	md, err = adm.Metadata(ctx, "replicated")
+	md, err := adm.Metadata(ctx, "replicated")
 	if err != nil {
 		t.Fatal(err)
 	}
