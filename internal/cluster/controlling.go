@@ -137,14 +137,18 @@ func (n *Node) decide(v *view.View, mine int64, epoch int32, due bool) bool {
 			n.log.Error("a controller decision does not encode; skipped", "err", err, "reason", w.Reason)
 			continue
 		}
-		conds := []kv.Cond{kv.CreateRevisionIs(n.keys.Controller(), mine), kv.ModRevisionIs(n.keys.Partition(tp.Topic, tp.Partition), w.ExpectRevision)}
+		t, ok := v.TopicByID(tp.Topic)
+		if !ok {
+			continue
+		}
+		// The topic as the decision saw it: a topic deleted (or changed)
+		// meanwhile refuses the write, so that a partition's state is
+		// never written again after its topic's deletion removed it.
+		conds := []kv.Cond{kv.CreateRevisionIs(n.keys.Controller(), mine), kv.ModRevisionIs(n.keys.Partition(tp.Topic, tp.Partition), w.ExpectRevision),
+			kv.ModRevisionIs(n.keys.Topic(t.Name), t.Revision)}
 		conds = append(conds, registrationConds(n.keys, v, -1, 0, st.Leader, st.ISR)...)
 		ops := []kv.Op{kv.Put(n.keys.Partition(tp.Topic, tp.Partition), data, 0)}
 		if w.Replicas != nil {
-			t, ok := v.TopicByID(tp.Topic)
-			if !ok {
-				continue
-			}
 			nt := t.Topic
 			nt.Partitions = append([][]int32(nil), nt.Partitions...)
 			nt.Partitions[tp.Partition] = w.Replicas
@@ -153,14 +157,13 @@ func (n *Node) decide(v *view.View, mine int64, epoch int32, due bool) bool {
 				n.log.Error("a reassignment does not encode; skipped", "err", err)
 				continue
 			}
-			conds = append(conds, kv.ModRevisionIs(n.keys.Topic(t.Name), t.Revision))
 			ops = append(ops, kv.Put(n.keys.Topic(t.Name), tdata, 0))
 			if w.Finished {
 				ops = append(ops, kv.Delete(n.keys.Reassignment(tp.Topic, tp.Partition)))
 			}
 		}
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.SessionTimeout)
-		ok, _, err := n.cfg.KV.Txn(ctx, conds, ops)
+		ok, _, err = n.cfg.KV.Txn(ctx, conds, ops)
 		cancel()
 		switch {
 		case err != nil:

@@ -80,6 +80,8 @@ func TestCreateTopicThroughTheController(t *testing.T) {
 			t.Fatalf("partition %d (replicas %v): %+v", p, rs, s)
 		}
 	}
+	// Each node acts on its own view, which follows etcd's.
+	c.eventually("every node sees the topic", func(v *view.View) bool { _, ok := v.Topic("events"); return ok })
 	if _, err := c.nodes[3].CreateTopic(ctx, "events", 1, 1, nil); !errors.Is(err, kerr.TopicAlreadyExists) {
 		t.Fatalf("second creation: %v", err)
 	}
@@ -100,6 +102,7 @@ func TestCreateTopicThroughTheController(t *testing.T) {
 		}
 		seen[first] = true
 	}
+	c.eventually("every node sees six partitions", func(v *view.View) bool { t, ok := v.Topic("events"); return ok && len(t.Partitions) == 6 })
 	if err := c.nodes[3].DeleteTopic(ctx, "events"); err != nil {
 		t.Fatal(err)
 	}
