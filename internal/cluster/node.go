@@ -87,7 +87,12 @@ type leaseHolder struct {
 }
 
 // Start loads the cluster's view, registers the node and starts following
-// the cluster. It returns once the node is registered.
+// the cluster. It returns once the node is registered and its view has
+// caught up with its registration: what the node serves from the view
+// from then on (Metadata's brokers) names the node itself and every node
+// registered before it. A client that takes its first answer for the
+// cluster's membership (franz-go's admin client keeps the brokers of its
+// first Metadata for minutes) would otherwise miss the node.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.KV == nil {
 		return nil, errors.New("cluster: no etcd client")
@@ -121,9 +126,32 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.wg.Wait()
 		return nil, err
 	}
+	if err := n.catchUp(ctx, n.lease.Load().registered); err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		n.Close(rctx)
+		return nil, fmt.Errorf("following the cluster up to the node's registration: %w", err)
+	}
 	n.wg.Go(n.leaseLoop)
 	n.wg.Go(n.controllerLoop)
 	return n, nil
+}
+
+// catchUp waits until the view is as of revision rev or later, the node
+// stops, or ctx ends.
+func (n *Node) catchUp(ctx context.Context, rev int64) error {
+	changed, unsubscribe := n.subscribe()
+	defer unsubscribe()
+	for n.View().Revision < rev {
+		select {
+		case <-changed:
+		case <-n.failed:
+			return n.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // View is the cluster as of the last revision the node has seen.
@@ -229,12 +257,22 @@ func (n *Node) fail(err error) {
 // changes (a token is dropped when one is pending: read View for the
 // latest) or the node's lease changes.
 func (n *Node) Subscribe() <-chan struct{} {
+	ch, _ := n.subscribe()
+	return ch
+}
+
+// subscribe is Subscribe with a function that ends the subscription.
+func (n *Node) subscribe() (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	n.subMu.Lock()
 	n.subs = append(n.subs, ch)
 	n.subMu.Unlock()
 	ch <- struct{}{}
-	return ch
+	return ch, func() {
+		n.subMu.Lock()
+		defer n.subMu.Unlock()
+		n.subs = slices.DeleteFunc(n.subs, func(c chan struct{}) bool { return c == ch })
+	}
 }
 
 func (n *Node) notify() {

@@ -185,6 +185,54 @@ func TestControllerFailover(t *testing.T) {
 	})
 }
 
+// Start returns only once the node's view holds its own registration and
+// every node registered before it, even when the node's watch lags its
+// writes: Metadata is answered from the view as soon as Start returns, and
+// a client that keeps its first answer's brokers (franz-go's admin client)
+// would otherwise never learn of the node (the e2e clusters' "brokers
+// [1 2]" with node 3 answering first).
+func TestStartWaitsForItsRegistrationInTheView(t *testing.T) {
+	c := newTestCluster(t)
+	c.start(1)
+	c.eventually("node 1 sees itself", func(v *view.View) bool { return v.Alive(1) })
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	n, err := Start(ctx, Config{NodeID: 2, Host: "127.0.0.1", Port: 9002, Prefix: "/groupd/test/",
+		KV: laggingWatch{KV: c.model.Client(c.client(2)), lag: 50 * time.Millisecond}, Clock: c.clock,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), SessionTimeout: 9 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.cancel(); n.wg.Wait() })
+	v := n.View()
+	if _, reg := n.Registration(); v.Revision < reg || !v.Alive(1) || !v.Alive(2) || v.Registration(2) != reg {
+		t.Fatalf("Start returned with the view at revision %d, nodes %v; the node registered at revision %d", v.Revision, v.SortedNodes(), reg)
+	}
+}
+
+// laggingWatch is a KV whose watches deliver each event lag late.
+type laggingWatch struct {
+	kv.KV
+	lag time.Duration
+}
+
+func (l laggingWatch) Watch(ctx context.Context, prefix string, fromRevision int64) <-chan kv.WatchEvent {
+	in := l.KV.Watch(ctx, prefix, fromRevision)
+	out := make(chan kv.WatchEvent)
+	go func() {
+		defer close(out)
+		for ev := range in {
+			time.Sleep(l.lag)
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
 func contains(s []int32, x int32) bool {
 	for _, y := range s {
 		if y == x {
