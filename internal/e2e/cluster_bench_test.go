@@ -54,8 +54,8 @@ func benchmarkClusterProduce(b *testing.B, fsync string) {
 		adm := kadm.NewClient(cl)
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			md, err := adm.BrokerMetadata(ctx)
-			if err == nil && len(md.Brokers) == len(s.seeds) {
+			ids, _, err := liveBrokers(ctx, cl)
+			if err == nil && len(ids) == len(s.seeds) {
 				break
 			}
 			if time.Now().After(deadline) {

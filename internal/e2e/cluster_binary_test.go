@@ -79,12 +79,12 @@ func startBinaryCluster(t *testing.T, ctx context.Context) *binaryCluster {
 	t.Cleanup(admCl.Close)
 	c.adm = kadm.NewClient(admCl)
 	waitUntil(t, ctx, func() error {
-		md, err := c.adm.BrokerMetadata(ctx)
+		ids, _, err := liveBrokers(ctx, admCl)
 		if err != nil {
 			return err
 		}
-		if len(md.Brokers) != 3 {
-			return fmt.Errorf("brokers %v", md.Brokers.NodeIDs())
+		if len(ids) != 3 {
+			return fmt.Errorf("brokers %v", ids)
 		}
 		return nil
 	})

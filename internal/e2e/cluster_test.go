@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/groupd/groupd/internal/app"
 	"github.com/groupd/groupd/internal/cluster/etcddev"
@@ -83,12 +84,12 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 	adm := kadm.NewClient(cl)
 	// Every node registers before the topic is placed over three.
 	waitUntil(t, ctx, func() error {
-		md, err := adm.BrokerMetadata(ctx)
+		ids, controller, err := liveBrokers(ctx, cl)
 		if err != nil {
 			return err
 		}
-		if len(md.Brokers) != 3 || md.Controller < 1 {
-			return fmt.Errorf("brokers %v, controller %d", md.Brokers.NodeIDs(), md.Controller)
+		if len(ids) != 3 || controller < 1 {
+			return fmt.Errorf("brokers %v, controller %d", ids, controller)
 		}
 		return nil
 	})
@@ -177,6 +178,21 @@ func readPartition(t *testing.T, ctx context.Context, seeds []string, topic stri
 		t.Fatalf("read %d records, want %d", len(got), want)
 	}
 	return got
+}
+
+// liveBrokers asks a node for Metadata, every time: kadm's BrokerMetadata
+// answers from the client's cache once it has brokers, which keeps the
+// first answer of a node that had not yet seen the last node register.
+func liveBrokers(ctx context.Context, cl *kgo.Client) ([]int32, int32, error) {
+	resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+	if err != nil {
+		return nil, -1, err
+	}
+	ids := make([]int32, 0, len(resp.Brokers))
+	for _, b := range resp.Brokers {
+		ids = append(ids, b.NodeID)
+	}
+	return ids, resp.ControllerID, nil
 }
 
 // waitUntil retries check until it passes or ctx ends.
