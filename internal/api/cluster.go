@@ -370,13 +370,12 @@ func (h *Handler) clusterReplicaFetch(r *server.Request, req *kmsg.FetchRequest)
 		resp.Topics = append(resp.Topics, st)
 	}
 	wait := min(time.Duration(req.MaxWaitMillis)*time.Millisecond, maxFetchWait)
-	var timer *time.Timer
+	logs := make([]*partition.Log, len(targets))
+	for i, t := range targets {
+		logs[i] = t.log
+	}
+	var w *fetchWaiter
 	for {
-		// The channels first, so that an append after the reads wakes us.
-		chans := make([]<-chan struct{}, len(targets))
-		for i, t := range targets {
-			chans[i] = t.log.Wait()
-		}
 		remaining := min(max(req.MaxBytes, 0), h.fetchMaxBytes)
 		total, failed := 0, false
 		for _, t := range targets {
@@ -401,41 +400,20 @@ func (h *Handler) clusterReplicaFetch(r *server.Request, req *kmsg.FetchRequest)
 			total += len(data)
 			remaining -= int32(len(data))
 		}
-		if total >= int(req.MinBytes) || total > 0 || failed || wait <= 0 || len(targets) == 0 {
+		if total > 0 || req.MinBytes <= 0 || failed || wait <= 0 || len(targets) == 0 {
 			return resp, nil
 		}
-		if timer == nil {
-			timer = time.NewTimer(wait)
+		if w == nil {
+			// About to wait: take the logs' channels and read again, so
+			// that an append between the read and the wait is not missed.
+			timer := time.NewTimer(wait)
 			defer timer.Stop()
+			w = new(fetchWaiter).start(r.Stopping, timer.C).watch(logs)
+			continue
 		}
-		if !waitAny(chans, timer.C, r.Stopping) {
+		if !w.watch(logs).wait() {
 			return resp, nil
 		}
-	}
-}
-
-// waitAny waits for one of chans, and reports false at the deadline or
-// when the server stops.
-func waitAny(chans []<-chan struct{}, deadline <-chan time.Time, stopping <-chan struct{}) bool {
-	done := make(chan struct{})
-	var once sync.Once
-	for _, ch := range chans {
-		go func() {
-			select {
-			case <-ch:
-				once.Do(func() { close(done) })
-			case <-done:
-			}
-		}()
-	}
-	defer once.Do(func() { close(done) })
-	select {
-	case <-done:
-		return true
-	case <-deadline:
-		return false
-	case <-stopping:
-		return false
 	}
 }
 
