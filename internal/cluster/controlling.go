@@ -146,7 +146,7 @@ func (n *Node) decide(v *view.View, mine int64, epoch int32, due bool) bool {
 		// never written again after its topic's deletion removed it.
 		conds := []kv.Cond{kv.CreateRevisionIs(n.keys.Controller(), mine), kv.ModRevisionIs(n.keys.Partition(tp.Topic, tp.Partition), w.ExpectRevision),
 			kv.ModRevisionIs(n.keys.Topic(t.Name), t.Revision)}
-		conds = append(conds, registrationConds(n.keys, v, -1, 0, st.Leader, st.ISR)...)
+		conds = append(conds, v.RegistrationConds(n.keys, -1, 0, st.Leader, st.ISR)...)
 		ops := []kv.Op{kv.Put(n.keys.Partition(tp.Topic, tp.Partition), data, 0)}
 		if w.Replicas != nil {
 			nt := t.Topic

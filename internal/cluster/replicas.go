@@ -222,7 +222,7 @@ func (r *Replicas) apply(v *view.View, deadline time.Time, registered int64) {
 				}
 			}
 			s.step(replica.SetState{State: replica.Partition{Replicas: replicas, Leader: st.Leader, LeaderEpoch: st.LeaderEpoch,
-				ISR: st.ISR, Revision: st.Revision, MinInsync: minInsync, Registrations: registrationsFor(v, me, registered, replicas)}})
+				ISR: st.ISR, Revision: st.Revision, MinInsync: minInsync, Registrations: v.RegistrationsFor(me, registered, replicas)}})
 		}
 	}
 	r.mu.Lock()
@@ -409,7 +409,7 @@ func (s *slot) writeISR(w replica.WriteISR) {
 			// it keeps are registered as they were: a bounced member
 			// is for the controller to take out (KIP-903).
 			conds := append([]kv.Cond{kv.ModRevisionIs(key, w.ExpectRevision)},
-				registrationConds(n.keys, v, n.ID(), registered, n.ID(), w.ISR)...)
+				v.RegistrationConds(n.keys, n.ID(), registered, n.ID(), w.ISR)...)
 			ok, rev, err = n.cfg.KV.Txn(ctx, conds, []kv.Op{kv.Put(key, data, 0)})
 		}
 	}
@@ -461,7 +461,7 @@ func (s *slot) machineState(st view.State) replica.Partition {
 	replicas := v.Replicas(s.tp)
 	_, registered := s.r.node.Registration()
 	return replica.Partition{Replicas: replicas, Leader: st.Leader, LeaderEpoch: st.LeaderEpoch, ISR: st.ISR,
-		Revision: st.Revision, MinInsync: minInsync, Registrations: registrationsFor(v, s.r.node.ID(), registered, replicas)}
+		Revision: st.Revision, MinInsync: minInsync, Registrations: v.RegistrationsFor(s.r.node.ID(), registered, replicas)}
 }
 
 // Slot is a replica as the API layer uses it.

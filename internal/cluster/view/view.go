@@ -275,3 +275,43 @@ func (v *View) Alive(node int32) bool {
 // ISR, only processes registered before r; a node registered after r has
 // restarted or registered again since (Kafka's "bounced broker").
 func (v *View) Registration(node int32) int64 { return v.Registered[node] }
+
+// RegistrationsFor gives, for each of replicas, the revision its node
+// registered at as v tells (this node's: registered, 0 without a lease),
+// for replica.Partition.Registrations: a state older than a replica's
+// registration speaks for an earlier process of it (Kafka's bounced
+// broker), and a restarted node does not take its old leaderships from
+// the listing.
+func (v *View) RegistrationsFor(me int32, registered int64, replicas []int32) []int64 {
+	out := make([]int64, len(replicas))
+	for i, r := range replicas {
+		out[i] = v.Registration(r)
+		if r == me {
+			out[i] = registered
+		}
+	}
+	return out
+}
+
+// RegistrationConds are the conditions of a write of a partition state
+// naming leader and isr: each of them is still registered as the writer
+// knows it (v, and registered for me), or still absent. A state written
+// under them names only registrations older than itself, so a node that
+// registers after it is known to have bounced since (Registration),
+// as Kafka's controller checks broker epochs in AlterPartition (KIP-903).
+func (v *View) RegistrationConds(keys meta.Keys, me int32, registered int64, leader int32, isr []int32) []kv.Cond {
+	var conds []kv.Cond
+	var seen []int32
+	for _, id := range append([]int32{leader}, isr...) {
+		if id < 0 || slices.Contains(seen, id) {
+			continue
+		}
+		seen = append(seen, id)
+		reg := v.Registration(id)
+		if id == me && registered != 0 {
+			reg = registered
+		}
+		conds = append(conds, kv.CreateRevisionIs(keys.Node(id), reg))
+	}
+	return conds
+}

@@ -549,7 +549,7 @@ func (p *proc) decide(v *view.View, mine int64, epoch int32, due bool, done func
 		}
 		key := w.keys.Partition(tp.Topic, tp.Partition)
 		conds := []kv.Cond{kv.CreateRevisionIs(w.keys.Controller(), mine), kv.ModRevisionIs(key, wr.ExpectRevision)}
-		conds = append(conds, registrationConds(w.keys, v, -1, 0, st.Leader, st.ISR)...)
+		conds = append(conds, v.RegistrationConds(w.keys, -1, 0, st.Leader, st.ISR)...)
 		ops := []kv.Op{kv.Put(key, data, 0)}
 		if wr.Replicas != nil {
 			w.fail("sim", "a reassignment decision, which the simulation never asks for")
@@ -605,37 +605,6 @@ func controllerView(v *view.View, autoRebalance, due bool) controller.View {
 		cv.Reassign[controller.TP{Topic: controller.TopicID(tp.Topic), Partition: tp.Partition}] = controller.Reassignment{Target: r.Target}
 	}
 	return cv
-}
-
-// registrationsFor is internal/cluster's registrationsFor (node.go).
-func registrationsFor(v *view.View, me int32, registered int64, replicas []int32) []int64 {
-	out := make([]int64, len(replicas))
-	for i, r := range replicas {
-		out[i] = v.Registration(r)
-		if r == me {
-			out[i] = registered
-		}
-	}
-	return out
-}
-
-// registrationConds is internal/cluster's registrationConds (node.go):
-// a partition state's leader and ISR are registered as the writer knows.
-func registrationConds(keys meta.Keys, v *view.View, me int32, registered int64, leader int32, isr []int32) []kv.Cond {
-	var conds []kv.Cond
-	var seen []int32
-	for _, id := range append([]int32{leader}, isr...) {
-		if id < 0 || slices.Contains(seen, id) {
-			continue
-		}
-		seen = append(seen, id)
-		reg := v.Registration(id)
-		if id == me && registered != 0 {
-			reg = registered
-		}
-		conds = append(conds, kv.CreateRevisionIs(keys.Node(id), reg))
-	}
-	return conds
 }
 
 // uncleanWrites is Bugs.UncleanElection: an election prefers an alive

@@ -93,7 +93,7 @@ func (p *proc) applyReplicas() {
 				s = p.open(tp)
 			}
 			s.step(replica.SetState{State: replica.Partition{Replicas: replicas, Leader: st.Leader, LeaderEpoch: st.LeaderEpoch,
-				ISR: st.ISR, Revision: st.Revision, MinInsync: minInsync, Registrations: registrationsFor(v, me, p.registration(), replicas)}})
+				ISR: st.ISR, Revision: st.Revision, MinInsync: minInsync, Registrations: v.RegistrationsFor(me, p.registration(), replicas)}})
 		}
 	}
 	for _, s := range p.sortedSlots() {
@@ -270,7 +270,7 @@ func (s *slot) writeISR(e replica.WriteISR) {
 		w.fail("sim", err.Error())
 		return
 	}
-	conds := append([]kv.Cond{kv.ModRevisionIs(key, e.ExpectRevision)}, registrationConds(w.keys, p.view, p.n.id, registered, p.n.id, e.ISR)...)
+	conds := append([]kv.Cond{kv.ModRevisionIs(key, e.ExpectRevision)}, p.view.RegistrationConds(w.keys, p.n.id, registered, p.n.id, e.ISR)...)
 	p.txn(w.p.session, conds, []kv.Op{kv.Put(key, data, 0)}, func(ok bool, rev int64, err error) {
 		if err == nil && ok {
 			w.count("run.isr-written")
@@ -292,7 +292,7 @@ func (s *slot) machineState(st view.State) replica.Partition {
 	}
 	replicas := v.Replicas(s.tp)
 	return replica.Partition{Replicas: replicas, Leader: st.Leader, LeaderEpoch: st.LeaderEpoch, ISR: st.ISR,
-		Revision: st.Revision, MinInsync: minInsync, Registrations: registrationsFor(v, s.p.n.id, s.p.registration(), replicas)}
+		Revision: st.Revision, MinInsync: minInsync, Registrations: v.RegistrationsFor(s.p.n.id, s.p.registration(), replicas)}
 }
 
 // The follower's side: replicas.go's fetcher, one per leader node.
