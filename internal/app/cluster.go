@@ -83,6 +83,9 @@ type clusterSide struct {
 	reps      *cluster.Replicas
 	transport *cluster.KafkaTransport
 	log       *slog.Logger
+	// configsAt is, per topic, the revision of its key whose configs the
+	// replicas here were given; only the app's view loop touches it.
+	configsAt map[meta.ID]int64
 }
 
 // startCluster connects to etcd, registers the node at host:port, drops
@@ -110,7 +113,7 @@ func startCluster(ctx context.Context, cfg ClusterConfig, nodeID int32, host str
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	cs.node, err = cluster.Start(sctx, cluster.Config{
-		NodeID: nodeID, Host: host, Port: port, Rack: cfg.Rack,
+		NodeID: nodeID, Host: host, Port: port, Rack: cfg.Rack, EmptyDisk: emptyDisk(b, log),
 		Prefix: cfg.prefix(), KV: etcdkv.New(cli, kv.RealClock()), Logger: log,
 		SessionTimeout:      cfg.SessionTimeout,
 		AutoLeaderRebalance: cfg.AutoLeaderRebalance,
@@ -129,6 +132,46 @@ func startCluster(ctx context.Context, cfg ClusterConfig, nodeID int32, host str
 	log.Info("joined the cluster", "node", nodeID, "etcd", cfg.EtcdEndpoints, "prefix", cfg.prefix(),
 		"nodes", len(cs.node.View().Nodes), "controller", cs.node.View().ControllerID())
 	return cs, nil
+}
+
+// applyTopicConfigs gives the replicas here the configs of every topic
+// whose key changed since they were last given them: an AlterConfigs on
+// any node reaches every replica of the topic through etcd.
+func (cs *clusterSide) applyTopicConfigs(b *broker.Broker) {
+	if cs.configsAt == nil {
+		cs.configsAt = map[meta.ID]int64{}
+	}
+	v := cs.node.View()
+	for _, t := range v.Topics {
+		if cs.configsAt[t.ID] == t.Revision {
+			continue
+		}
+		cs.configsAt[t.ID] = t.Revision
+		b.SetReplicaConfigs(broker.TopicID(t.ID), t.Configs)
+	}
+	for id := range cs.configsAt {
+		if _, ok := v.TopicByID(id); !ok {
+			delete(cs.configsAt, id)
+		}
+	}
+}
+
+// emptyDisk says, at each registration of the node, whether it holds no
+// replica log at all: the controller does not elect such a node from an
+// ISR it joined with a log it no longer has. A directory it cannot list
+// counts as not empty, as before the question was asked.
+func emptyDisk(b *broker.Broker, log *slog.Logger) func() bool {
+	return func() bool {
+		keys, err := b.ReplicaKeys()
+		if err != nil {
+			log.Warn("listing the replica logs", "err", err)
+			return false
+		}
+		if len(keys) == 0 {
+			log.Info("no replica log on disk: registering as a node with an empty disk")
+		}
+		return len(keys) == 0
+	}
 }
 
 // dropDeletedReplicas deletes the replica logs of topics the cluster no

@@ -183,6 +183,7 @@ func controllerView(v *view.View, autoRebalance, due bool) controller.View {
 	cv := controller.View{
 		Alive:               map[int32]string{},
 		Registered:          map[int32]int64{},
+		EmptyDisk:           map[int32]bool{},
 		ShuttingDown:        map[int32]bool{},
 		States:              map[controller.TP]controller.PartitionState{},
 		Reassign:            map[controller.TP]controller.Reassignment{},
@@ -192,6 +193,7 @@ func controllerView(v *view.View, autoRebalance, due bool) controller.View {
 	for id, ni := range v.Nodes {
 		cv.Alive[id] = ni.Rack
 		cv.Registered[id] = v.Registration(id)
+		cv.EmptyDisk[id] = ni.EmptyDisk
 	}
 	for id, s := range v.Shutdowns {
 		if ni, ok := v.Nodes[id]; ok && ni.Incarnation == s.Incarnation {

@@ -42,6 +42,11 @@ type Config struct {
 	Host string
 	Port int32
 	Rack string
+	// EmptyDisk, if set, says whether the node holds no replica log at
+	// all (NodeInfo.EmptyDisk). It is asked at every registration: a
+	// process that started empty and has since taken on replicas
+	// registers again (after losing its lease) as a node with a log.
+	EmptyDisk func() bool
 	// Prefix is the etcd prefix of the cluster's keys, ending in "/".
 	Prefix string
 	KV     kv.KV
@@ -313,7 +318,8 @@ func (n *Node) sleep(d time.Duration) {
 func (n *Node) register(ctx context.Context) error {
 	var inc meta.ID
 	rand.Read(inc[:])
-	info := meta.NodeInfo{ID: n.cfg.NodeID, Host: n.cfg.Host, Port: n.cfg.Port, Rack: n.cfg.Rack, Incarnation: inc}
+	info := meta.NodeInfo{ID: n.cfg.NodeID, Host: n.cfg.Host, Port: n.cfg.Port, Rack: n.cfg.Rack, Incarnation: inc,
+		EmptyDisk: n.cfg.EmptyDisk != nil && n.cfg.EmptyDisk()}
 	data, err := info.Encode()
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,13 +46,17 @@ func (c *testCluster) setCut(id int32, cut bool) {
 	c.model.SetFault(c.client(id), f)
 }
 
-func (c *testCluster) start(id int32) *Node {
+func (c *testCluster) start(id int32, options ...func(*Config)) *Node {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
-	n, err := Start(ctx, Config{NodeID: id, Host: "127.0.0.1", Port: 9000 + id, Prefix: "/groupd/test/",
+	cfg := Config{NodeID: id, Host: "127.0.0.1", Port: 9000 + id, Prefix: "/groupd/test/",
 		KV: c.model.Client(c.client(id)), Clock: c.clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		SessionTimeout: 9 * time.Second})
+		SessionTimeout: 9 * time.Second}
+	for _, o := range options {
+		o(&cfg)
+	}
+	n, err := Start(ctx, cfg)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -160,6 +165,30 @@ func TestControllerElectsNewLeaderWhenANodeIsCutOff(t *testing.T) {
 	if s := c.nodes[1].View().States[tp]; s.Leader != 3 || s.LeaderEpoch != 1 {
 		t.Fatalf("partition 0 after node 2 came back: %+v", s)
 	}
+}
+
+// A node says at each registration whether it holds any replica log: a
+// process that started on an empty disk and has since taken on replicas
+// registers again, after losing its lease, as a node with a log.
+func TestRegistrationSaysWhetherTheDiskIsEmpty(t *testing.T) {
+	c := newTestCluster(t)
+	var empty atomic.Bool
+	empty.Store(true)
+	c.start(1)
+	c.start(2, func(cfg *Config) { cfg.EmptyDisk = empty.Load })
+	c.eventually("node 2 registered with an empty disk, node 1 without", func(v *view.View) bool {
+		return v.Alive(2) && v.Nodes[2].EmptyDisk && v.Alive(1) && !v.Nodes[1].EmptyDisk
+	})
+	before := c.nodes[2].incarnation()
+	empty.Store(false)
+	c.setCut(2, true)
+	c.advance(12 * time.Second)
+	c.eventually("node 2 gone", func(v *view.View) bool { return !v.Alive(2) })
+	c.setCut(2, false)
+	c.advance(3 * time.Second)
+	c.eventually("node 2 registered again, with a log", func(v *view.View) bool {
+		return v.Alive(2) && !v.Nodes[2].EmptyDisk && v.Nodes[2].Incarnation != before
+	})
 }
 
 // When the controller itself is cut off, another node takes over the

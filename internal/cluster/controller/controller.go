@@ -42,6 +42,15 @@
 //     The bounced node is then an ordinary live replica. This comes
 //     before any other decision on the partition: any write of its state
 //     would make the bounce look older than the state.
+//   - A node that registered with an empty disk (a new node, or one
+//     whose disk was lost) after a partition's state was written has
+//     none of the log the state counts it in sync with. It is not
+//     elected from that ISR (without unclean.leader.election.enable), and
+//     when a bounced leader takes its partition offline the empty-disk
+//     members leave the ISR, unless none would be left: with every
+//     in-sync copy lost there is nothing safer to elect. This is Kafka's
+//     KIP-966 answer to an unclean start, narrowed to what a node can
+//     tell at its start.
 //   - A reassignment adds its target replicas to the assignment, waits
 //     until every one of them is in the ISR, then gives the partition its
 //     target assignment, moving leadership to a target replica if the
@@ -100,6 +109,8 @@ type View struct {
 	// (the create revision of its key). A node registered after a
 	// partition state's Revision has bounced since that state.
 	Registered map[int32]int64
+	// EmptyDisk are the alive nodes that registered with an empty disk.
+	EmptyDisk map[int32]bool
 	// ShuttingDown are alive nodes that asked to give their leaderships
 	// away before they stop.
 	ShuttingDown map[int32]bool
@@ -167,6 +178,12 @@ func Decide(v View) []Write {
 	return out
 }
 
+// lostLog reports whether node n started on an empty disk after st was
+// written, so that it has lost the log st counts it in sync with.
+func lostLog(v View, st PartitionState, n int32) bool {
+	return v.EmptyDisk[n] && v.Registered[n] > st.Revision
+}
+
 // bounced reports whether node n registered after st was written: the
 // state speaks for an earlier process of it. An offline partition has
 // nobody to fence; its last ISR member leads again whatever it restarted
@@ -205,7 +222,7 @@ func decidePartition(v View, t Topic, tp TP, replicas []int32, st PartitionState
 	_, leaderAlive := v.Alive[st.Leader]
 	if st.Leader == NoLeader || !leaderAlive || v.ShuttingDown[st.Leader] || leaderBounced {
 		for _, r := range replicas {
-			if alive(r) && slices.Contains(st.ISR, r) {
+			if alive(r) && slices.Contains(st.ISR, r) && !lostLog(v, st, r) {
 				reason := ReasonLeaderGone
 				switch {
 				case st.Leader == NoLeader:
@@ -224,7 +241,11 @@ func decidePartition(v View, t Topic, tp TP, replicas []int32, st PartitionState
 			// offline, fencing the leader's old epoch, and its ISR
 			// stays; the next decision elects the bounced node again
 			// at a new epoch (Kafka's failure, then startup).
-			return next(NoLeader, st.ISR, ReasonBounced), true
+			isr := slices.DeleteFunc(slices.Clone(st.ISR), func(x int32) bool { return lostLog(v, st, x) })
+			if len(isr) == 0 {
+				isr = st.ISR
+			}
+			return next(NoLeader, isr, ReasonBounced), true
 		}
 		if t.UncleanLeaderElection {
 			for _, r := range replicas {

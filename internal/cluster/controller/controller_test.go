@@ -62,6 +62,34 @@ func TestDecide(t *testing.T) {
 			delete(v.Alive, 1)
 			v.States[tp0()] = PartitionState{Leader: NoLeader, LeaderEpoch: 5, ISR: []int32{3}, Revision: 13}
 		}, "first-leader: leader=3 epoch=6 isr=[3] pepoch=1 expect=13\n"},
+		{"an offline partition does not elect an ISR member that came back on an empty disk, but the one that kept its log", func(v *View) {
+			v.Registered = map[int32]int64{1: 21, 2: 3, 3: 20}
+			v.EmptyDisk = map[int32]bool{3: true}
+			v.States[tp0()] = PartitionState{Leader: NoLeader, LeaderEpoch: 5, ISR: []int32{3, 1}, Revision: 13}
+		}, "first-leader: leader=1 epoch=6 isr=[3 1] pepoch=1 expect=13\n"},
+		{"an offline partition whose only live ISR member came back on an empty disk stays offline", func(v *View) {
+			v.Registered = map[int32]int64{2: 3, 3: 20}
+			delete(v.Alive, 1)
+			v.EmptyDisk = map[int32]bool{3: true}
+			v.States[tp0()] = PartitionState{Leader: NoLeader, LeaderEpoch: 5, ISR: []int32{3, 1}, Revision: 13}
+		}, ""},
+		{"an empty disk from before the state (a new node taken into the ISR) is no obstacle", func(v *View) {
+			v.Registered = map[int32]int64{2: 3, 3: 4}
+			delete(v.Alive, 1)
+			v.EmptyDisk = map[int32]bool{3: true}
+			v.States[tp0()] = PartitionState{Leader: NoLeader, LeaderEpoch: 5, ISR: []int32{3, 1}, Revision: 13}
+		}, "first-leader: leader=3 epoch=6 isr=[3] pepoch=1 expect=13\n"},
+		{"a bounced leader on an empty disk takes its partition offline and leaves the ISR", func(v *View) {
+			v.Registered = map[int32]int64{1: 12, 2: 3, 3: 3}
+			delete(v.Alive, 3)
+			v.EmptyDisk = map[int32]bool{1: true}
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 3}, Revision: 10}
+		}, "leader-bounced: leader=-1 epoch=5 isr=[3] pepoch=1 expect=10\n"},
+		{"a bounced leader on an empty disk, the only ISR member: kept, there is nothing safer", func(v *View) {
+			v.Registered = map[int32]int64{1: 12, 2: 3, 3: 3}
+			v.EmptyDisk = map[int32]bool{1: true}
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1}, Revision: 10}
+		}, "leader-bounced: leader=-1 epoch=5 isr=[1] pepoch=1 expect=10\n"},
 		{"a bounced follower leaves the ISR before anything else", func(v *View) {
 			v.Registered = map[int32]int64{1: 3, 2: 11, 3: 3}
 			v.AutoLeaderRebalance, v.RebalanceDue = true, true

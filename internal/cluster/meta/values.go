@@ -20,6 +20,14 @@ type NodeInfo struct {
 	// that restarted (or re-registered after losing its lease) is told
 	// apart from its earlier self.
 	Incarnation ID `json:"incarnation"`
+	// EmptyDisk says the process started without a replica log on its
+	// disk: a new node, or one whose disk was lost. A partition whose
+	// state was written before it registered must not take it as leader
+	// from the ISR, which it joined with a log it no longer has (Kafka's
+	// KIP-966 case of an unclean start); it leads such a partition again
+	// only by an unclean election, or once a leader has taken it back into
+	// the ISR.
+	EmptyDisk bool `json:"empty_disk,omitempty"`
 }
 
 // Controller is the value of controller: which node controls the cluster,

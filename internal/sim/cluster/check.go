@@ -405,6 +405,14 @@ func (c *checker) final() {
 		for _, tp := range c.order {
 			pc := c.parts[tp]
 			st, ok := c.etcd.States[tp]
+			if ok && st.Leader == replica.NoLeader && !slices.ContainsFunc(st.ISR, func(r int32) bool { _, lost := pc.lostDisk[r]; return !lost }) {
+				// Every in-sync copy was lost with a disk: the controller
+				// elects none of them (meta.NodeInfo.EmptyDisk), and the
+				// partition waits, as in Kafka, for an operator's unclean
+				// election.
+				w.count("check.liveness-excused-isr-disks-lost")
+				continue
+			}
 			if !ok || st.Leader == replica.NoLeader {
 				bad = append(bad, fmt.Sprintf("%s has no leader (%+v)", w.tpName(tp), st))
 			}

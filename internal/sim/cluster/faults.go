@@ -145,9 +145,7 @@ func (w *world) startProc(n *node) {
 	n.inc++
 	if n.loseDisk {
 		n.loseDisk = false
-		for _, l := range n.disk {
-			l.wipe()
-		}
+		n.disk = map[view.TP]*diskLog{}
 		w.count("fault.disk-lost")
 		w.logf("node %d: disk lost", n.id)
 		w.chk.diskLost(n)

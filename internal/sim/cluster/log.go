@@ -55,6 +55,26 @@ func (l *diskLog) EndOffsetFor(epoch int32) (int32, int64, bool) {
 	return 0, 0, false
 }
 
+// leaderAnswer is partition.Log.OffsetForLeaderEpoch (Kafka's
+// endOffsetFor as a leader answers OffsetForLeaderEpoch).
+func (l *diskLog) leaderAnswer(epoch int32) (int32, int64) {
+	if len(l.epochs) == 0 || epoch < 0 {
+		return -1, -1
+	}
+	if epoch == l.epochs[len(l.epochs)-1].epoch {
+		return epoch, l.leo()
+	}
+	for i, e := range l.epochs {
+		if e.epoch > epoch {
+			if i == 0 {
+				return epoch, e.start
+			}
+			return l.epochs[i-1].epoch, e.start
+		}
+	}
+	return -1, -1
+}
+
 func (l *diskLog) leo() int64 { return int64(len(l.recs)) }
 
 // assign records that epoch starts at start, as Kafka's
@@ -127,9 +147,6 @@ func (l *diskLog) read(from, to int64, n int) []record {
 // restart is the log as a new process finds it: the HW from the
 // checkpoint.
 func (l *diskLog) restart() { l.hw = min(l.ckpt, l.leo()) }
-
-// wipe is a lost disk.
-func (l *diskLog) wipe() { *l = diskLog{} }
 
 func (l *diskLog) String() string {
 	return fmt.Sprintf("leo=%d hw=%d epochs=%v", l.leo(), l.hw, l.epochs)

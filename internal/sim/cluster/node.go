@@ -343,7 +343,7 @@ func (p *proc) register() {
 		inc[i] = byte(w.rng.Uint32())
 	}
 	inc[0] |= 1
-	info := meta.NodeInfo{ID: p.n.id, Host: "sim", Port: 9000 + p.n.id, Incarnation: inc}
+	info := meta.NodeInfo{ID: p.n.id, Host: "sim", Port: 9000 + p.n.id, Incarnation: inc, EmptyDisk: len(p.n.disk) == 0}
 	data, err := info.Encode()
 	if err != nil {
 		w.fail("sim", err.Error())
@@ -528,6 +528,9 @@ func (p *proc) campaign(v *view.View, lease kv.LeaseID) {
 func (p *proc) decide(v *view.View, mine int64, epoch int32, due bool, done func(bool)) {
 	w := p.w
 	cv := controllerView(v, w.p.autoRebalance, due)
+	if w.opts.Bugs.ElectEmptyDisk {
+		clear(cv.EmptyDisk)
+	}
 	writes := controller.Decide(cv)
 	if w.opts.Bugs.UncleanElection {
 		writes = uncleanWrites(cv, writes)
@@ -547,8 +550,14 @@ func (p *proc) decide(v *view.View, mine int64, epoch int32, due bool, done func
 			w.fail("sim", fmt.Sprintf("a controller decision does not encode: %v (%s)", err, wr.Reason))
 			return
 		}
+		t, ok := v.TopicByID(tp.Topic)
+		if !ok {
+			next(i + 1)
+			return
+		}
 		key := w.keys.Partition(tp.Topic, tp.Partition)
-		conds := []kv.Cond{kv.CreateRevisionIs(w.keys.Controller(), mine), kv.ModRevisionIs(key, wr.ExpectRevision)}
+		conds := []kv.Cond{kv.CreateRevisionIs(w.keys.Controller(), mine), kv.ModRevisionIs(key, wr.ExpectRevision),
+			kv.ModRevisionIs(w.keys.Topic(t.Name), t.Revision)}
 		conds = append(conds, v.RegistrationConds(w.keys, -1, 0, st.Leader, st.ISR)...)
 		ops := []kv.Op{kv.Put(key, data, 0)}
 		if wr.Replicas != nil {
@@ -578,6 +587,7 @@ func controllerView(v *view.View, autoRebalance, due bool) controller.View {
 	cv := controller.View{
 		Alive:               map[int32]string{},
 		Registered:          map[int32]int64{},
+		EmptyDisk:           map[int32]bool{},
 		ShuttingDown:        map[int32]bool{},
 		States:              map[controller.TP]controller.PartitionState{},
 		Reassign:            map[controller.TP]controller.Reassignment{},
@@ -587,6 +597,7 @@ func controllerView(v *view.View, autoRebalance, due bool) controller.View {
 	for id, ni := range v.Nodes {
 		cv.Alive[id] = ni.Rack
 		cv.Registered[id] = v.Registration(id)
+		cv.EmptyDisk[id] = ni.EmptyDisk
 	}
 	for id, s := range v.Shutdowns {
 		if ni, ok := v.Nodes[id]; ok && ni.Incarnation == s.Incarnation {

@@ -165,11 +165,6 @@ func (s *slot) step(ev replica.Event) *replica.FetchAnswer {
 				w.count("run.leader-epochs-started")
 				w.logf("node %d.%d: %s leads epoch %d from %d (%s)", p.n.id, p.inc, w.tpName(s.tp), e.Epoch, e.Offset, s.log)
 				s.epoch, s.acted = e.Epoch, false
-				if pc := w.chk.parts[s.tp]; pc != nil {
-					if _, lost := pc.lostDisk[p.n.id]; lost && s.log.leo() < int64(len(pc.committed)) {
-						w.mark(s.tp, knownLostDiskElected)
-					}
-				}
 			case replica.SetHW:
 				s.log.hw = e.HW
 				w.chk.hwSet(p.n, s.tp, s.log)
@@ -536,10 +531,7 @@ func (q *proc) serveEpochs(asks []epochAsk) []epochResult {
 			out[i] = epochResult{err: err}
 			continue
 		}
-		e, end, ok := s.log.EndOffsetFor(a.epoch)
-		if !ok {
-			e, end = -1, -1
-		}
+		e, end := s.log.leaderAnswer(a.epoch)
 		q.servesAsLeader("OffsetForLeaderEpoch", a.tp)
 		out[i] = epochResult{epoch: e, end: end}
 	}
