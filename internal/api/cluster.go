@@ -443,9 +443,7 @@ func (h *Handler) clusterOffsetForLeaderEpoch(req *kmsg.OffsetForLeaderEpochRequ
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
-			if epoch, end, ok := l.EndOffsetFor(rp.LeaderEpoch); ok {
-				sp.LeaderEpoch, sp.EndOffset = epoch, end
-			}
+			sp.LeaderEpoch, sp.EndOffset = l.OffsetForLeaderEpoch(rp.LeaderEpoch)
 			st.Partitions = append(st.Partitions, sp)
 		}
 		resp.Topics = append(resp.Topics, st)

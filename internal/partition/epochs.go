@@ -67,6 +67,38 @@ func (c *epochCache) endOffsetFor(epoch int32, leo int64) (found int32, end int6
 	return 0, 0, false
 }
 
+// leaderAnswer is Kafka's LeaderEpochFileCache.endOffsetFor as a leader
+// answers OffsetForLeaderEpoch: for the newest cached epoch, it and leo;
+// for an older one, the largest cached epoch at or below it and the start
+// of the next; for one older than every cached epoch (the log's start
+// moved past it), the epoch asked for and the first cached start, so
+// that a follower truncates no further than where the leader's log
+// begins; and the undefined epoch and offset (-1, -1) for an undefined
+// epoch, one newer than every cached, or an empty cache.
+func (c *epochCache) leaderAnswer(epoch int32, leo int64) (int32, int64) {
+	latest, ok := c.latest()
+	switch {
+	case !ok || epoch < 0:
+		return -1, -1
+	case epoch == latest.epoch:
+		return epoch, leo
+	}
+	higher := -1
+	for i, e := range c.entries {
+		if e.epoch > epoch {
+			higher = i
+			break
+		}
+	}
+	switch {
+	case higher < 0:
+		return -1, -1
+	case higher == 0:
+		return epoch, c.entries[0].start
+	}
+	return c.entries[higher-1].epoch, c.entries[higher].start
+}
+
 // truncateFromEnd drops the entries starting at or after offset (Kafka's
 // truncateFromEnd); it reports whether any went.
 func (c *epochCache) truncateFromEnd(offset int64) bool {
@@ -253,14 +285,21 @@ func (l *Log) Latest() (epoch int32, ok bool) {
 // replica.EpochCache has it: the largest cached epoch at or below epoch,
 // and its end offset, the start of the next cached epoch or, for the
 // newest, the log end offset. ok is false if every cached epoch is larger
-// than epoch, or none is cached. (Kafka answers an epoch older than every
-// cached one with that epoch and the first cached start instead, and one
-// newer than the newest with no epoch: callers answering
-// OffsetForLeaderEpoch map those cases themselves.)
+// than epoch, or none is cached. A follower asks its own cache this;
+// a leader answering OffsetForLeaderEpoch uses OffsetForLeaderEpoch.
 func (l *Log) EndOffsetFor(epoch int32) (found int32, end int64, ok bool) {
 	l.epochMu.Lock()
 	defer l.epochMu.Unlock()
 	return l.epochs.endOffsetFor(epoch, l.leo.Load())
+}
+
+// OffsetForLeaderEpoch is what the partition's leader answers to
+// OffsetForLeaderEpoch for epoch: Kafka's LeaderEpochFileCache.endOffsetFor,
+// the epoch and its end offset, or -1, -1 when it cannot say.
+func (l *Log) OffsetForLeaderEpoch(epoch int32) (int32, int64) {
+	l.epochMu.Lock()
+	defer l.epochMu.Unlock()
+	return l.epochs.leaderAnswer(epoch, l.leo.Load())
 }
 
 // LeaderEpochs returns the cache as (epoch, start offset) pairs, oldest
