@@ -29,7 +29,7 @@ func (h *Handler) describeConfigs(_ context.Context, r *server.Request) (kmsg.Re
 		case kmsg.ConfigResourceTypeTopic:
 			var values []broker.ConfigValue
 			if err = h.checkTopicResource(rr.ResourceName); err == nil {
-				values, err = h.b.TopicConfigs(rr.ResourceName)
+				values, err = h.topicConfigValues(rr.ResourceName)
 			}
 			for _, v := range values {
 				if !wanted(v.Def.Name) {

@@ -14,7 +14,7 @@ func init() { register(kmsg.AlterConfigs, 0, 2, (*Handler).alterConfigs) }
 // alterConfigs replaces a topic's configs with those given: the ones not
 // named go back to the broker's defaults, as Kafka's (non-incremental)
 // AlterConfigs does.
-func (h *Handler) alterConfigs(_ context.Context, r *server.Request) (kmsg.Response, error) {
+func (h *Handler) alterConfigs(ctx context.Context, r *server.Request) (kmsg.Response, error) {
 	req := r.Msg.(*kmsg.AlterConfigsRequest)
 	resp := req.ResponseKind().(*kmsg.AlterConfigsResponse)
 	seen := map[string]int{}
@@ -45,7 +45,7 @@ func (h *Handler) alterConfigs(_ context.Context, r *server.Request) (kmsg.Respo
 				err = h.checkTopicResource(rr.ResourceName)
 			}
 			if err == nil {
-				err = h.b.SetTopicConfigs(rr.ResourceName, configs, req.ValidateOnly)
+				err = h.setTopicConfigs(ctx, rr.ResourceName, req.ValidateOnly, func(map[string]string) (map[string]string, error) { return configs, nil })
 			}
 		default:
 			err = h.refuseAlter(rr.ResourceType, rr.ResourceName)

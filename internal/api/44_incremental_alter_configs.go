@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"maps"
 	"slices"
 	"strings"
 
@@ -21,7 +20,7 @@ func init() {
 // the others: SET gives a value, DELETE returns a config to the broker's
 // default, APPEND and SUBTRACT add or remove values of a list config
 // (cleanup.policy) from its current value.
-func (h *Handler) incrementalAlterConfigs(_ context.Context, r *server.Request) (kmsg.Response, error) {
+func (h *Handler) incrementalAlterConfigs(ctx context.Context, r *server.Request) (kmsg.Response, error) {
 	req := r.Msg.(*kmsg.IncrementalAlterConfigsRequest)
 	resp := req.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
 	seen := map[string]int{}
@@ -36,12 +35,10 @@ func (h *Handler) incrementalAlterConfigs(_ context.Context, r *server.Request) 
 		case seen[resourceKey(rr.ResourceType, rr.ResourceName)] > 1:
 			err = detail(kerr.InvalidRequest, "resource %q is named more than once in the request", rr.ResourceName)
 		case rr.ResourceType == kmsg.ConfigResourceTypeTopic:
-			var configs map[string]string
 			if err = h.checkTopicResource(rr.ResourceName); err == nil {
-				configs, err = h.incrementedConfigs(rr)
-			}
-			if err == nil {
-				err = h.b.SetTopicConfigs(rr.ResourceName, configs, req.ValidateOnly)
+				err = h.setTopicConfigs(ctx, rr.ResourceName, req.ValidateOnly, func(current map[string]string) (map[string]string, error) {
+					return h.incrementedConfigs(rr, current)
+				})
 			}
 		default:
 			err = h.refuseAlter(rr.ResourceType, rr.ResourceName)
@@ -54,9 +51,9 @@ func (h *Handler) incrementalAlterConfigs(_ context.Context, r *server.Request) 
 	return resp, nil
 }
 
-// incrementedConfigs applies a resource's operations to the topic's
-// current configs.
-func (h *Handler) incrementedConfigs(rr kmsg.IncrementalAlterConfigsRequestResource) (map[string]string, error) {
+// incrementedConfigs applies a resource's operations to the configs set
+// on the topic, configs (which it may change).
+func (h *Handler) incrementedConfigs(rr kmsg.IncrementalAlterConfigsRequestResource, configs map[string]string) (map[string]string, error) {
 	names := map[string]bool{}
 	for _, c := range rr.Configs {
 		if names[c.Name] {
@@ -64,14 +61,9 @@ func (h *Handler) incrementedConfigs(rr kmsg.IncrementalAlterConfigsRequestResou
 		}
 		names[c.Name] = true
 	}
-	values, err := h.b.TopicConfigs(rr.ResourceName)
+	values, err := h.topicConfigValues(rr.ResourceName)
 	if err != nil {
 		return nil, err
-	}
-	t, _ := h.b.Topic(rr.ResourceName)
-	var configs map[string]string
-	if t != nil {
-		configs = maps.Clone(t.Configs())
 	}
 	if configs == nil {
 		configs = map[string]string{}

@@ -302,6 +302,7 @@ func Start(cfg Config) (*App, error) {
 				coord.TopicsChanged()
 			case <-viewChanged:
 				side.counts.observe(side.node.View())
+				side.applyTopicConfigs(b)
 				coord.TopicsChanged()
 			case <-nodeFailed:
 				a.done <- fmt.Errorf("cluster: %w", side.node.Err())

@@ -144,9 +144,12 @@ type Broker struct {
 
 	// replicas are the open replica logs of a cluster's partitions
 	// (replicas.go); repClosed refuses new ones once Close began.
-	repMu     sync.Mutex
-	replicas  map[ReplicaKey]replicaLog
-	repClosed bool
+	repMu    sync.Mutex
+	replicas map[ReplicaKey]replicaLog
+	// repConfigs are the configs set on each topic with replicas here,
+	// as the cluster's view last gave them (SetReplicaConfigs).
+	repConfigs map[TopicID]map[string]string
+	repClosed  bool
 }
 
 // producerIDBlock is how many producer ids are reserved per durable write:

@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -53,6 +54,9 @@ func (b *Broker) OpenReplica(k ReplicaKey, topic string, overrides map[string]st
 	if r, ok := b.replicas[k]; ok {
 		return r.log, nil
 	}
+	if c, ok := b.repConfigs[k.Topic]; ok {
+		overrides = c
+	}
 	o := b.cfg.Log
 	if o.Logger == nil {
 		o.Logger = b.log
@@ -79,24 +83,31 @@ func (b *Broker) OpenReplica(k ReplicaKey, topic string, overrides map[string]st
 	return l, nil
 }
 
+// SetReplicaConfigs gives every open replica of topic the log config of
+// the configs set on the topic (overrides), and every replica of it opened
+// later, whatever configs its opener read: the cluster's view of the
+// topic changed, and the newest view wins.
+func (b *Broker) SetReplicaConfigs(topic TopicID, overrides map[string]string) {
+	b.repMu.Lock()
+	defer b.repMu.Unlock()
+	if b.repConfigs == nil {
+		b.repConfigs = map[TopicID]map[string]string{}
+	}
+	b.repConfigs[topic] = maps.Clone(overrides)
+	c := b.logConfigOf(overrides)
+	for k, r := range b.replicas {
+		if k.Topic == topic {
+			r.log.SetConfig(c)
+		}
+	}
+}
+
 // Replica returns the open log of replica k.
 func (b *Broker) Replica(k ReplicaKey) (*partition.Log, bool) {
 	b.repMu.Lock()
 	defer b.repMu.Unlock()
 	r, ok := b.replicas[k]
 	return r.log, ok
-}
-
-// SetReplicaConfigs applies a topic's changed configs to its open replicas.
-func (b *Broker) SetReplicaConfigs(id TopicID, overrides map[string]string) {
-	c := b.logConfigOf(overrides)
-	b.repMu.Lock()
-	defer b.repMu.Unlock()
-	for k, r := range b.replicas {
-		if k.Topic == id {
-			r.log.SetConfig(c)
-		}
-	}
 }
 
 // DropReplica closes and deletes the log of replica k (its topic was

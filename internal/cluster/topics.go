@@ -120,7 +120,8 @@ func (n *Node) CreateTopic(ctx context.Context, name string, partitions, rf int,
 // every partition (or ctx ends), so that a client told the topic was
 // created finds it in this node's Metadata.
 func (n *Node) WaitTopic(ctx context.Context, name string, partitions int) error {
-	changed := n.Subscribe()
+	changed, unsubscribe := n.subscribe()
+	defer unsubscribe()
 	for {
 		if t, ok := n.View().Topic(name); ok && len(t.Partitions) >= partitions {
 			ready := true
@@ -198,26 +199,51 @@ func (n *Node) CreatePartitions(ctx context.Context, name string, count int) err
 	return nil
 }
 
-// SetTopicConfigs replaces a topic's config overrides.
-func (n *Node) SetTopicConfigs(ctx context.Context, name string, configs map[string]string) error {
-	t, ok := n.View().Topic(name)
-	if !ok {
-		return kerr.UnknownTopicOrPartition
+// UpdateTopicConfigs changes a topic's config overrides to what change
+// makes of them, by compare-and-swap on the topic's revision. A write
+// refused because the view it was decided on was stale is decided again
+// on a newer view. It returns once the node's own view shows the change,
+// so that the node answers DescribeConfigs with it.
+func (n *Node) UpdateTopicConfigs(ctx context.Context, name string, change func(map[string]string) (map[string]string, error)) error {
+	changed, unsubscribe := n.subscribe()
+	defer unsubscribe()
+	var wrote int64
+	for {
+		v := n.View()
+		if wrote != 0 && v.Revision >= wrote {
+			return nil
+		}
+		if wrote == 0 {
+			t, ok := v.Topic(name)
+			if !ok {
+				return kerr.UnknownTopicOrPartition
+			}
+			configs, err := change(maps.Clone(t.Configs))
+			if err != nil {
+				return err
+			}
+			nt := t.Topic
+			nt.Configs = configs
+			data, err := nt.Encode()
+			if err != nil {
+				return err
+			}
+			ok, rev, err := n.cfg.KV.Txn(ctx, []kv.Cond{kv.ModRevisionIs(n.keys.Topic(name), t.Revision)}, []kv.Op{kv.Put(n.keys.Topic(name), data, 0)})
+			if err != nil {
+				return err
+			}
+			if ok {
+				wrote = rev
+				continue
+			}
+			// Stale: decide again once the view has moved on.
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	nt := t.Topic
-	nt.Configs = configs
-	data, err := nt.Encode()
-	if err != nil {
-		return err
-	}
-	ok, _, err = n.cfg.KV.Txn(ctx, []kv.Cond{kv.ModRevisionIs(n.keys.Topic(name), t.Revision)}, []kv.Op{kv.Put(n.keys.Topic(name), data, 0)})
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return errStale
-	}
-	return nil
 }
 
 // ProducerIDBlock is how many producer ids a node takes from etcd at once.
