@@ -242,11 +242,7 @@ func Start(cfg Config) (*App, error) {
 			return nil, err
 		}
 		cs.Store(side)
-		id := cfg.Cluster.ClusterID
-		if id == "" {
-			id = DefaultClusterID
-		}
-		opts = append(opts, api.InCluster(api.ClusterConfig{Node: side.node, Replicas: side.reps, ClusterID: id,
+		opts = append(opts, api.InCluster(api.ClusterConfig{Node: side.node, Replicas: side.reps, ClusterID: cfg.Cluster.id(),
 			DefaultReplicationFactor: cfg.Cluster.DefaultReplicationFactor}))
 	}
 	handler := api.New(b, coord, host, port, cfg.Logger, opts...)
@@ -274,8 +270,11 @@ func Start(cfg Config) (*App, error) {
 		// gauges read. While its shards load it answers with an error
 		// matching inspect.ErrUnavailable, which the API serves as 503.
 		m.SetSource(coord)
-		a.http, err = admin.Listen(cfg.HTTPListen, admin.Config{Source: coord, Metrics: m.Handler(), Logger: cfg.Logger,
-			Profiling: cfg.HTTPProfiling})
+		acfg := admin.Config{Source: coord, Metrics: m.Handler(), Logger: cfg.Logger, Profiling: cfg.HTTPProfiling}
+		if side != nil {
+			acfg.Cluster = side
+		}
+		a.http, err = admin.Listen(cfg.HTTPListen, acfg)
 		if err != nil {
 			if side != nil {
 				side.close()
