@@ -257,7 +257,11 @@ func Start(cfg Config) (*App, error) {
 	a := &App{broker: b, store: st, coord: coord, srv: srv, ln: ln, handler: handler, log: cfg.Logger, adv: net.JoinHostPort(host, strconv.Itoa(int(port))),
 		done: make(chan error, 3), stopped: make(chan struct{}), cluster: side, cs: cs}
 	if m != nil && side != nil {
-		m.WatchCluster(func() metrics.ClusterStats { return side.counts.stats(side.node.View(), side.node.ID()) })
+		m.WatchCluster(func() metrics.ClusterStats {
+			s := side.counts.stats(side.node.View(), side.node.ID())
+			s.ReplicaMaxLag = side.reps.MaxLag()
+			return s
+		})
 	}
 	if m != nil {
 		m.WatchFetchSessions(func() metrics.FetchSessionStats {
