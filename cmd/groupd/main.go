@@ -45,7 +45,7 @@ func rootCmd() *cobra.Command {
 	}
 	root.Flags().AddFlagSet(serve.Flags())
 	root.AddCommand(serve)
-	root.AddCommand(cli.GroupsCmd(), cli.TopicsCmd())
+	root.AddCommand(cli.GroupsCmd(), cli.TopicsCmd(), cli.ClusterCmd())
 	root.AddCommand(recoverCmd(), quarantineCmd())
 	root.AddCommand(labCmd())
 	root.AddCommand(devClusterCmd())

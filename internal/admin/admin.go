@@ -6,7 +6,8 @@
 // Everything here reads through an inspect.Source and never touches group
 // state. Without a Source, or while the Source reports
 // inspect.ErrUnavailable, the API answers 503 with Retry-After and the
-// page says so.
+// page says so. In cluster mode a ClusterSource adds the cluster's nodes
+// and partitions under /api/v1/cluster and a Cluster tab to the page.
 package admin
 
 import (
@@ -42,10 +43,21 @@ type Config struct {
 	// DefaultReadTimeout.
 	ReadTimeout time.Duration
 	Logger      *slog.Logger
+	// Cluster is this node's picture of its cluster; nil in single-node
+	// mode, where /api/v1/cluster answers 404 and the page shows no
+	// Cluster tab.
+	Cluster ClusterSource
 	// Profiling serves Go's runtime profiles under /debug/pprof/ (CPU,
 	// heap, goroutines, ...), for an operator who needs to see where the
 	// time goes. Off by default: a profile shows the process's insides.
 	Profiling bool
+}
+
+// ClusterSource is a node's picture of its cluster (its view of etcd).
+type ClusterSource interface {
+	// Cluster returns the cluster as of one revision: its nodes and
+	// counts, and every partition sorted by topic and partition.
+	Cluster() (inspect.Cluster, []inspect.ClusterPartition)
 }
 
 // contentSecurityPolicy keeps the page to its own origin: it loads
@@ -83,6 +95,8 @@ func Handler(cfg Config) http.Handler {
 	mux.HandleFunc("/api/v1/groups/{group}/rebalances", a.get(pathID, a.rebalances))
 	mux.HandleFunc("/api/v1/group", a.get(queryID, a.group))
 	mux.HandleFunc("/api/v1/group/rebalances", a.get(queryID, a.rebalances))
+	mux.HandleFunc("/api/v1/cluster", a.clusterGet(a.cluster))
+	mux.HandleFunc("/api/v1/cluster/partitions", a.clusterGet(a.clusterPartitions))
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no API endpoint %s", r.URL.Path))
 	})
@@ -116,14 +130,23 @@ func page(w http.ResponseWriter) {
 
 type api struct{ cfg Config }
 
+// readOnly answers a method other than GET and HEAD with 405 and says
+// whether it did.
+func readOnly(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return false
+	}
+	w.Header().Set("Allow", "GET, HEAD")
+	writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s not allowed; the admin API is read-only", r.Method))
+	return true
+}
+
 // get wraps an API handler: GET and HEAD only, a Source present, the
 // group id taken from the request, a deadline on the read, and the result
 // or the error written as JSON.
 func (a *api) get(idOf func(*http.Request) (string, error), fn func(ctx context.Context, id string) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s not allowed; the admin API is read-only", r.Method))
+		if readOnly(w, r) {
 			return
 		}
 		id, err := idOf(r)
@@ -209,6 +232,69 @@ func (a *api) rebalances(ctx context.Context, id string) (any, error) {
 		fillRebalance(&rs[i])
 	}
 	return rs, nil
+}
+
+// NotInCluster is the error of the cluster reads in single-node mode.
+const NotInCluster = "not in cluster mode: this groupd is a single node (it joins a cluster with --etcd-endpoints)"
+
+// clusterGet wraps a cluster read: GET and HEAD only, and, in
+// single-node mode, 404 with NotInCluster. A single node could answer
+// with a one-node picture instead, but a script asking whether it talks
+// to a cluster, and the page deciding whether to show its Cluster tab,
+// are better told plainly; Metadata still describes the single node.
+// The reads come from the node's own view, which is never out of reach,
+// so there is no deadline and no 503.
+func (a *api) clusterGet(fn func(*http.Request) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if readOnly(w, r) {
+			return
+		}
+		if a.cfg.Cluster == nil {
+			writeError(w, http.StatusNotFound, NotInCluster)
+			return
+		}
+		v, err := fn(r)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		writeJSON(w, r, http.StatusOK, v)
+	}
+}
+
+// cluster is GET /api/v1/cluster: the cluster id, the controller, the
+// live nodes (this one and the controller marked) and the partition
+// counts.
+func (a *api) cluster(*http.Request) (any, error) {
+	c, _ := a.cfg.Cluster.Cluster()
+	c.Nodes = orEmpty(c.Nodes)
+	return c, nil
+}
+
+// clusterPartitions is GET /api/v1/cluster/partitions[?topic=NAME]: each
+// partition's leader, leader epoch, replicas, ISR and flags, by topic and
+// partition; with ?topic= only that topic's (an empty list for a topic
+// the cluster does not have). ?under_replicated and ?offline keep only
+// the partitions with that flag (both: with either).
+func (a *api) clusterPartitions(r *http.Request) (any, error) {
+	q := r.URL.Query()
+	if q.Has("topic") && q.Get("topic") == "" {
+		return nil, errors.New("the topic parameter is empty: give a topic name, or leave it out for every topic")
+	}
+	under, offline := q.Has("under_replicated"), q.Has("offline")
+	_, ps := a.cfg.Cluster.Cluster()
+	out := []inspect.ClusterPartition{}
+	for _, p := range ps {
+		if q.Has("topic") && p.Topic != q.Get("topic") {
+			continue
+		}
+		if (under || offline) && !(under && p.UnderReplicated || offline && p.Offline) {
+			continue
+		}
+		p.Replicas, p.ISR, p.OfflineReplicas = orEmpty(p.Replicas), orEmpty(p.ISR), orEmpty(p.OfflineReplicas)
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // retryAfterSeconds is what a 503 asks a client to wait: the coordinator

@@ -242,11 +242,7 @@ func Start(cfg Config) (*App, error) {
 			return nil, err
 		}
 		cs.Store(side)
-		id := cfg.Cluster.ClusterID
-		if id == "" {
-			id = DefaultClusterID
-		}
-		opts = append(opts, api.InCluster(api.ClusterConfig{Node: side.node, Replicas: side.reps, ClusterID: id,
+		opts = append(opts, api.InCluster(api.ClusterConfig{Node: side.node, Replicas: side.reps, ClusterID: cfg.Cluster.id(),
 			DefaultReplicationFactor: cfg.Cluster.DefaultReplicationFactor}))
 	}
 	handler := api.New(b, coord, host, port, cfg.Logger, opts...)
@@ -261,7 +257,11 @@ func Start(cfg Config) (*App, error) {
 	a := &App{broker: b, store: st, coord: coord, srv: srv, ln: ln, handler: handler, log: cfg.Logger, adv: net.JoinHostPort(host, strconv.Itoa(int(port))),
 		done: make(chan error, 3), stopped: make(chan struct{}), cluster: side, cs: cs}
 	if m != nil && side != nil {
-		m.WatchCluster(func() metrics.ClusterStats { return side.counts.stats(side.node.View(), side.node.ID()) })
+		m.WatchCluster(func() metrics.ClusterStats {
+			s := side.counts.stats(side.node.View(), side.node.ID())
+			s.ReplicaMaxLag = side.reps.MaxLag()
+			return s
+		})
 	}
 	if m != nil {
 		m.WatchFetchSessions(func() metrics.FetchSessionStats {
@@ -274,8 +274,11 @@ func Start(cfg Config) (*App, error) {
 		// gauges read. While its shards load it answers with an error
 		// matching inspect.ErrUnavailable, which the API serves as 503.
 		m.SetSource(coord)
-		a.http, err = admin.Listen(cfg.HTTPListen, admin.Config{Source: coord, Metrics: m.Handler(), Logger: cfg.Logger,
-			Profiling: cfg.HTTPProfiling})
+		acfg := admin.Config{Source: coord, Metrics: m.Handler(), Logger: cfg.Logger, Profiling: cfg.HTTPProfiling}
+		if side != nil {
+			acfg.Cluster = side
+		}
+		a.http, err = admin.Listen(cfg.HTTPListen, acfg)
 		if err != nil {
 			if side != nil {
 				side.close()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,7 @@ import (
 	"github.com/groupd/groupd/internal/cluster/view"
 	"github.com/groupd/groupd/internal/group"
 	"github.com/groupd/groupd/internal/group/consumer"
+	"github.com/groupd/groupd/internal/inspect"
 	"github.com/groupd/groupd/internal/metrics"
 )
 
@@ -59,14 +61,18 @@ func (c ClusterConfig) Enabled() bool { return len(c.EtcdEndpoints) > 0 }
 // DefaultClusterID is the cluster id of --cluster-id's default.
 const DefaultClusterID = "groupd"
 
+// id is the cluster id, --cluster-id's default when none is set.
+func (c ClusterConfig) id() string {
+	if c.ClusterID == "" {
+		return DefaultClusterID
+	}
+	return c.ClusterID
+}
+
 func (c ClusterConfig) prefix() string {
 	p := c.Prefix
 	if p == "" {
-		id := c.ClusterID
-		if id == "" {
-			id = DefaultClusterID
-		}
-		p = "/groupd/" + id
+		p = "/groupd/" + c.id()
 	}
 	if !strings.HasSuffix(p, "/") {
 		p += "/"
@@ -172,6 +178,12 @@ func emptyDisk(b *broker.Broker, log *slog.Logger) func() bool {
 		}
 		return len(keys) == 0
 	}
+}
+
+// Cluster is this node's picture of the cluster, for the admin API and
+// the status page (admin.ClusterSource).
+func (cs *clusterSide) Cluster() (inspect.Cluster, []inspect.ClusterPartition) {
+	return clusterPicture(cs.node.View(), cs.node.ID(), cs.cfg.id())
 }
 
 // dropDeletedReplicas deletes the replica logs of topics the cluster no
@@ -308,14 +320,14 @@ func viewChanges(old, cur *view.View) (elections, shrinks, grows uint64) {
 func (c *clusterCounts) stats(v *view.View, me int32) metrics.ClusterStats {
 	s := metrics.ClusterStats{Nodes: len(v.Nodes), Controller: v.ControllerID() == me}
 	for _, t := range v.Topics {
-		for p, replicas := range t.Partitions {
+		for p := range t.Partitions {
+			st, offline, under := partitionHealth(v, t, p)
 			s.Partitions++
-			st, ok := v.States[view.TP{Topic: t.ID, Partition: int32(p)}]
-			if !ok || st.Leader == meta.NoLeader || !v.Alive(st.Leader) {
+			switch {
+			case offline:
 				s.Offline++
 				continue
-			}
-			if len(st.ISR) < len(replicas) {
+			case under:
 				s.UnderReplicated++
 			}
 			if st.Leader == me {
@@ -327,4 +339,66 @@ func (c *clusterCounts) stats(v *view.View, me int32) metrics.ClusterStats {
 	s.LeaderElections, s.ISRShrinks, s.ISRExpands = c.elections, c.isrShrinks, c.isrGrows
 	c.mu.Unlock()
 	return s
+}
+
+// partitionHealth is partition p of t as v has it: its state, whether it
+// is offline (no state, no leader, or a leader that is not alive), and
+// whether, led, its ISR is smaller than its replica list. The metrics,
+// the admin API and the status page all count by it.
+func partitionHealth(v *view.View, t view.Topic, p int) (st view.State, offline, under bool) {
+	st, ok := v.States[view.TP{Topic: t.ID, Partition: int32(p)}]
+	if !ok || st.Leader == meta.NoLeader || !v.Alive(st.Leader) {
+		return st, true, false
+	}
+	return st, false, len(st.ISR) < len(t.Partitions[p])
+}
+
+// clusterPicture is node me's view v for the admin API and the status
+// page: the live nodes, and every partition, by topic and partition.
+func clusterPicture(v *view.View, me int32, clusterID string) (inspect.Cluster, []inspect.ClusterPartition) {
+	c := inspect.Cluster{ClusterID: clusterID, NodeID: me, Controller: v.ControllerID(), Nodes: []inspect.ClusterNode{}}
+	for _, n := range v.SortedNodes() {
+		c.Nodes = append(c.Nodes, inspect.ClusterNode{ID: n.ID, Host: n.Host, Port: n.Port, Rack: n.Rack,
+			Self: n.ID == me, Controller: n.ID == c.Controller})
+	}
+	ps := []inspect.ClusterPartition{}
+	for _, t := range v.SortedTopics() {
+		c.Partitions.Topics++
+		for p, replicas := range t.Partitions {
+			st, offline, under := partitionHealth(v, t, p)
+			cp := inspect.ClusterPartition{Topic: t.Name, Partition: int32(p), Leader: st.Leader, LeaderEpoch: st.LeaderEpoch,
+				Replicas: slices.Clone(replicas), ISR: slices.Clone(st.ISR), OfflineReplicas: []int32{},
+				UnderReplicated: under, Offline: offline}
+			if cp.Replicas == nil {
+				cp.Replicas = []int32{}
+			}
+			if cp.ISR == nil {
+				cp.ISR = []int32{}
+			}
+			if offline {
+				cp.Leader = meta.NoLeader
+			}
+			for _, r := range replicas {
+				if !v.Alive(r) {
+					cp.OfflineReplicas = append(cp.OfflineReplicas, r)
+				}
+			}
+			if r, ok := v.Reassignments[view.TP{Topic: t.ID, Partition: int32(p)}]; ok {
+				cp.Reassigning, cp.AddingReplicas, cp.RemovingReplicas = true, slices.Clone(r.Adding), slices.Clone(r.Removing)
+				c.Partitions.Reassigning++
+			}
+			c.Partitions.Total++
+			switch {
+			case offline:
+				c.Partitions.Offline++
+			case under:
+				c.Partitions.UnderReplicated++
+			}
+			if !offline && st.Leader == me {
+				c.Partitions.Leading++
+			}
+			ps = append(ps, cp)
+		}
+	}
+	return c, ps
 }

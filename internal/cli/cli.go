@@ -1,5 +1,5 @@
 // Package cli holds the operator commands of the groupd binary: `groupd
-// groups ...` and `groupd topics ...`. They speak only the Kafka protocol
+// groups ...`, `groupd topics ...` and `groupd cluster ...`. They speak only the Kafka protocol
 // (through franz-go's kadm), so they work against groupd and against any
 // Kafka cluster, and follow kafka-consumer-groups.sh and kafka-topics.sh
 // where those tools set an expectation. The one exception is `groupd groups

@@ -102,7 +102,7 @@ type cliResult struct {
 func runCLI(t *testing.T, args ...string) cliResult {
 	t.Helper()
 	root := &cobra.Command{Use: "groupd", SilenceUsage: true}
-	root.AddCommand(GroupsCmd(), TopicsCmd())
+	root.AddCommand(GroupsCmd(), TopicsCmd(), ClusterCmd())
 	var stdout, stderr bytes.Buffer
 	root.SetOut(&stdout)
 	root.SetErr(&stderr)

@@ -142,16 +142,29 @@ type configView struct {
 }
 
 func describeTopicsCmd(o *options) *cobra.Command {
-	return &cobra.Command{
+	var under, unavail bool
+	cmd := &cobra.Command{
 		Use:   "describe [TOPIC...]",
 		Short: "Show topics' partitions, leaders, replicas and configs (all topics without names)",
 		Long: `Show each topic's id, partitions with their leader, replicas and in-sync
 replicas, and the configs set on the topic itself. Configs need the broker to
-serve DescribeConfigs; when it does not, they are left out with a note.`,
+serve DescribeConfigs; when it does not, they are left out with a note.
+
+As with kafka-topics.sh, --under-replicated-partitions and
+--unavailable-partitions (either or both) list only the partitions with
+fewer in-sync replicas than replicas, or without a live leader, one table
+of TOPIC PARTITION LEADER REPLICAS ISR for all topics, and no configs.`,
 		RunE: o.connected(func(cmd *cobra.Command, args []string, s *clusterConn) error {
-			details, err := s.adm.ListTopics(s.ctx, args...)
+			md, err := s.adm.Metadata(s.ctx, args...)
 			if err != nil {
 				return o.fail("describe topics", err)
+			}
+			details := md.Topics
+			if len(args) == 0 {
+				details.FilterInternal() // as kadm's ListTopics
+			}
+			if under || unavail {
+				return o.writeUnhealthy(cmd, details, liveBrokers(md), under, unavail)
 			}
 			var views []topicView
 			var missing []error
@@ -190,6 +203,10 @@ serve DescribeConfigs; when it does not, they are left out with a note.`,
 			return errors.Join(missing...)
 		}),
 	}
+	f := cmd.Flags()
+	f.BoolVar(&under, "under-replicated-partitions", false, "list only the partitions with fewer in-sync replicas than replicas")
+	f.BoolVar(&unavail, "unavailable-partitions", false, "list only the partitions without a live leader")
+	return cmd
 }
 
 // topicConfigs fills in the topics' own configs, or says why it cannot.

@@ -295,6 +295,31 @@ func (r *Replicas) Replica(tp view.TP) (*Slot, bool) {
 	return &Slot{s}, true
 }
 
+// MaxLag is the largest lag, in records, of a follower behind this node
+// as leader: over the partitions it leads, its log end offset less each
+// follower's last fetch offset (replica.Follower), in the ISR or not. A
+// follower that has not fetched from this leadership yet, or whose node
+// went away or restarted since, counts for nothing: how far behind it is
+// cannot be told (the partition shows as under-replicated once it is out
+// of the ISR). 0 when this node leads nothing.
+func (r *Replicas) MaxLag() int64 {
+	r.mu.Lock()
+	slots := make([]*slot, 0, len(r.slots))
+	for _, s := range r.slots {
+		slots = append(slots, s)
+	}
+	r.mu.Unlock()
+	var lag int64
+	for _, s := range slots {
+		s.mu.Lock()
+		for _, f := range s.m.Followers() {
+			lag = max(lag, f.Lag)
+		}
+		s.mu.Unlock()
+	}
+	return lag
+}
+
 // slot is one partition's replica.
 type slot struct {
 	r   *Replicas

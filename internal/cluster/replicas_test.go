@@ -471,3 +471,71 @@ func TestReplicasOfADeletedTopicAreDropped(t *testing.T) {
 	}
 	held(false)
 }
+
+// MaxLag is, on the leader, how far its slowest follower is behind: 0
+// once both have fetched everything, the records a follower cut off from
+// the leader has not fetched, and nothing on a node that leads nothing.
+func TestReplicasMaxLag(t *testing.T) {
+	c := newTestCluster(t)
+	net := &memNet{c: c, reps: map[int32]*Replicas{}, logs: map[int32]*memLogs{}, cut: map[int32]bool{}}
+	for id := int32(1); id <= 3; id++ {
+		net.start(id)
+	}
+	c.eventually("three nodes and a controller", func(v *view.View) bool { return len(v.Nodes) == 3 && v.Controller != nil })
+	tp := view.TP{Topic: meta.ID{6}}
+	c.createTopic("lagging", tp.Topic, [][]int32{{1, 2, 3}})
+	lag := func(node int32, want int64) {
+		t.Helper()
+		deadline := time.Now().Add(hangGuard)
+		for {
+			got := net.reps[node].MaxLag()
+			if got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d: max lag %d, want %d", node, got, want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	var leader *Slot
+	for deadline := time.Now().Add(hangGuard); leader == nil; time.Sleep(time.Millisecond) {
+		if s, ok := net.reps[1].Replica(tp); ok && s.Role().String() == "leader" {
+			leader = s
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("node 1 never led the partition")
+		}
+	}
+	l1 := net.logs[1].get(tp)
+	produce := func(n int64) {
+		t.Helper()
+		if err := leader.CheckAppend(false); err != nil {
+			t.Fatalf("CheckAppend: %v", err)
+		}
+		leader.Produced(l1.appendLeader(n), false, c.clock.Now().Add(30*time.Second))
+	}
+	// Both followers fetch everything: no lag.
+	produce(10)
+	waitLEO := func(node int32, want int64) {
+		t.Helper()
+		deadline := time.Now().Add(hangGuard)
+		for net.logs[node].get(tp).LogEndOffset() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d's LEO %d, want %d", node, net.logs[node].get(tp).LogEndOffset(), want)
+			}
+			c.advance(10 * time.Millisecond)
+		}
+	}
+	waitLEO(2, 10)
+	waitLEO(3, 10)
+	lag(1, 0)
+	// Node 3 is cut off; node 2 goes on fetching.
+	net.setCut(3, true)
+	produce(7)
+	waitLEO(2, 17)
+	lag(1, 7)
+	// Followers lead nothing.
+	lag(2, 0)
+	lag(3, 0)
+}

@@ -415,6 +415,39 @@ func (m *Machine) HW() int64 { return m.hw }
 // LEO is the local log end offset as the machine last heard of it.
 func (m *Machine) LEO() int64 { return m.leo }
 
+// Follower is what a leader knows of one of its followers, for the
+// replica lag metrics.
+type Follower struct {
+	Node int32
+	// LEO is the offset of the follower's last fetch from this leader
+	// (its log end offset then), -1 before its first fetch of this
+	// leadership.
+	LEO int64
+	// Lag is the leader's LEO less the follower's, -1 while LEO is.
+	Lag   int64
+	InISR bool
+	// LastCaughtUp is the last time the follower had everything the
+	// leader had (zero: never in this leadership).
+	LastCaughtUp time.Time
+}
+
+// Followers returns a leader's followers in assignment order; nil unless
+// this replica leads.
+func (m *Machine) Followers() []Follower {
+	if m.role != RoleLeader {
+		return nil
+	}
+	out := make([]Follower, 0, len(m.leader.peers))
+	for _, p := range m.leader.peers {
+		f := Follower{Node: p.id, LEO: p.leo, Lag: -1, InISR: slices.Contains(m.p.ISR, p.id), LastCaughtUp: p.lastCaughtUp}
+		if p.leo >= 0 {
+			f.Lag = max(m.leo-p.leo, 0)
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
 // registration is node's entry of p.Registrations; ok is false if the
 // runtime gives none.
 func registration(p Partition, node int32) (reg int64, ok bool) {

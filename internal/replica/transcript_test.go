@@ -32,6 +32,7 @@ import (
 //	fetched leo= hw= [epochs=E:S,...] [leader-epoch=] [at=]
 //	fetch-error err= [leader-epoch=] [at=]
 //	check-append [acks=1] [at=] | client-hw [at=] | check-epoch epoch= [at=] | status | epochs
+//	followers   (a leader's followers: LEO, lag, ISR, last caught up)
 //	awaits-fetch [leader-epoch=] offset=
 //
 // Each step prints the effects, one a line, then "= " and a summary of the
@@ -332,6 +333,8 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return h.log.String()
 	case "status":
 		return h.status()
+	case "followers":
+		return h.followers()
 	default:
 		d.Fatalf(t, "unknown command %s", d.Cmd)
 	}
@@ -457,4 +460,21 @@ func stamp(t time.Time) string {
 		return "never"
 	}
 	return since(t)
+}
+
+// followers prints Followers, one a line.
+func (h *harness) followers() string {
+	fs := h.m.Followers()
+	if fs == nil {
+		return "not leader"
+	}
+	var b strings.Builder
+	for _, f := range fs {
+		caught := "never"
+		if !f.LastCaughtUp.IsZero() {
+			caught = since(f.LastCaughtUp)
+		}
+		fmt.Fprintf(&b, "node=%d leo=%d lag=%d isr=%v caught-up=%s\n", f.Node, f.LEO, f.Lag, f.InISR, caught)
+	}
+	return b.String()
 }

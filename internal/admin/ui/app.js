@@ -1,5 +1,6 @@
-// groupd status page: a group list and a page per group, drawn from the
-// admin JSON API and refreshed every few seconds. Plain DOM and SVG, no
+// groupd status page: a group list and a page per group, and in cluster
+// mode a Cluster tab with the nodes and every partition's leader, replicas
+// and ISR, drawn from the admin JSON API and refreshed every few seconds. Plain DOM and SVG, no
 // libraries; every request goes to the origin that served the page.
 "use strict";
 
@@ -9,6 +10,7 @@ const MAX_WAIT_ROWS = 8;
 // The list draws at most this many groups; a filter narrows the rest.
 const MAX_LIST_ROWS = 500;
 const MAX_OFFSET_ROWS = 2000;
+const MAX_PARTITION_ROWS = 2000;
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 const TRIGGER_COLORS = {
@@ -39,6 +41,11 @@ const state = {
   groups: null,
   group: null,
   rebalances: null,
+  inCluster: null,  // null until api/v1/cluster has answered once
+  cluster: null,
+  partitions: null,
+  partFilter: "",
+  problemsOnly: false,
 };
 
 // ---- DOM helpers -------------------------------------------------------
@@ -235,6 +242,7 @@ async function getJSON(path) {
 }
 
 function route() {
+  if (location.hash === "#/cluster") return { name: "cluster" };
   const m = location.hash.match(/^#\/groups\/(.*)$/);
   if (m) {
     let id = m[1];
@@ -249,8 +257,16 @@ async function refresh() {
   const seq = ++state.seq;
   const r = route();
   setDot("busy");
+  if (state.inCluster === null && r.name !== "cluster") probeCluster();
   try {
-    if (r.name === "group") {
+    if (r.name === "cluster") {
+      const [c, ps] = await Promise.all([getJSON("api/v1/cluster"), getJSON("api/v1/cluster/partitions")]);
+      if (seq !== state.seq) return;
+      state.cluster = c;
+      state.partitions = ps || [];
+      showTabs(true);
+      renderCluster();
+    } else if (r.name === "group") {
       const [g, rs] = await Promise.all([getJSON(groupURL(r.id)), getJSON(groupURL(r.id, "rebalances"))]);
       if (seq !== state.seq) return;
       state.group = g;
@@ -270,6 +286,10 @@ async function refresh() {
     if (r.name === "group" && e.status === 404) {
       renderMissing(r.id, e.message);
       showError(null);
+    } else if (r.name === "cluster" && e.status === 404) {
+      showTabs(false);
+      renderNoCluster(e.message);
+      showError(null);
     } else {
       showError(`Could not refresh: ${e.message}. ${state.paused ? "" : `Retrying every ${REFRESH_MS / 1000} s.`}`);
     }
@@ -278,6 +298,27 @@ async function refresh() {
   } finally {
     if (seq === state.seq && !state.paused) state.timer = setTimeout(refresh, REFRESH_MS);
   }
+}
+
+// probeCluster asks once whether this groupd is a node of a cluster, to
+// show the Cluster tab; a failure other than 404 asks again next refresh.
+async function probeCluster() {
+  try {
+    await getJSON("api/v1/cluster");
+    showTabs(true);
+  } catch (e) {
+    if (e.status === 404) showTabs(false);
+  }
+}
+
+function showTabs(inCluster) {
+  state.inCluster = inCluster;
+  $("tabs").hidden = !inCluster;
+  const r = route();
+  $("tab-groups").classList.toggle("active", r.name !== "cluster");
+  $("tab-cluster").classList.toggle("active", r.name === "cluster");
+  // The Groups tab names the group list.
+  if (inCluster && r.name === "list") fill($("crumbs"));
 }
 
 function setDot(cls) { $("dot").className = `dot ${cls}`; }
@@ -302,8 +343,11 @@ function view(key, build) {
 
 function crumbs(id) {
   const c = $("crumbs");
-  if (id === undefined) {
-    fill(c, h("span", { text: "Consumer groups" }));
+  if (state.inCluster) showTabs(true); // marks the tab of the route
+  if (route().name === "cluster") {
+    fill(c); // the tab names it
+  } else if (id === undefined) {
+    fill(c, state.inCluster ? null : h("span", { text: "Consumer groups" }));
   } else {
     fill(c, h("a", { href: "#/", text: "Consumer groups" }), h("span", { class: "sep", text: "/" }), h("span", { class: "here", text: id }));
   }
@@ -822,6 +866,118 @@ function fillOffsets(g, byId) {
   if (offs.length > MAX_OFFSET_ROWS) rows.push(h("tr", { class: "empty" }, h("td", { colspan: 6, text: `${fmtNum(offs.length - MAX_OFFSET_ROWS)} more partitions not drawn; the API has them all.` })));
   fill($("offsets"), head, h("tbody", {}, rows));
   $("lag-note").textContent = g.lag >= 0 ? `total ${fmtNum(g.lag)}` : "";
+}
+
+// ---- Cluster -----------------------------------------------------------
+
+function renderNoCluster(msg) {
+  document.title = "groupd · cluster";
+  crumbs();
+  state.view = "";
+  fill($("main"), h("section", { class: "panel" }, h("p", { text: msg }), h("p", {}, h("a", { href: "#/", text: "Back to the groups" }))));
+}
+
+// partStatus is a partition's worst condition, for its badge and its row.
+function partStatus(p) {
+  if (p.offline) return { cls: "bad", text: "offline", title: "no live leader: the partition cannot be read or written" };
+  if (p.under_replicated) return { cls: "warn", text: "under-replicated", title: "the ISR is smaller than the replica list" };
+  return { cls: "ok", text: "ok", title: "every replica in sync" };
+}
+
+function renderCluster() {
+  const c = state.cluster;
+  document.title = "groupd · cluster";
+  crumbs();
+  view("cluster", () => {
+    const input = h("input", { id: "part-filter", type: "search", placeholder: "Filter by topic", value: state.partFilter, "aria-label": "Filter partitions by topic" });
+    input.addEventListener("input", () => { state.partFilter = input.value; fillPartitions(); });
+    const only = h("input", { id: "problems-only", type: "checkbox", checked: state.problemsOnly });
+    only.addEventListener("change", () => { state.problemsOnly = only.checked; fillPartitions(); });
+    return [
+      h("div", { class: "tiles", id: "ctiles" }),
+      h("section", { class: "panel" }, h("h2", {}, "Nodes", h("small", { id: "nodes-note" })), h("div", { class: "scroll" }, h("table", { class: "grid", id: "nodes" }))),
+      h("section", { class: "panel" },
+        h("h2", {}, "Partitions", h("small", { text: "replicas in assignment order, the preferred leader first; filled: the leader, green: in sync, dashed: out of sync, struck: on no live node" })),
+        h("div", { class: "toolbar" }, input, h("label", {}, only, "Only under-replicated or offline"), h("span", { class: "muted", id: "part-count" })),
+        h("div", { class: "scroll" }, h("table", { class: "grid", id: "partitions" }))),
+    ];
+  });
+  const n = c.partitions;
+  fill($("ctiles"),
+    tile("Cluster id", c.cluster_id, false, true),
+    tile("Nodes", fmtNum(c.nodes.length)),
+    tile("Controller", c.controller >= 0 ? `node ${c.controller}` : "none", c.controller < 0, true),
+    tile("Topics", fmtNum(n.topics)),
+    tile("Partitions", fmtNum(n.total)),
+    tile("Under-replicated", fmtNum(n.under_replicated), n.under_replicated > 0),
+    tile("Offline", fmtNum(n.offline), n.offline > 0),
+    tile("Reassigning", fmtNum(n.reassigning)),
+    tile(`Led by node ${c.node_id}`, fmtNum(n.leading)),
+  );
+  fillNodes(c, state.partitions);
+  fillPartitions();
+}
+
+function fillNodes(c, ps) {
+  const leads = new Map(), hosts = new Map();
+  for (const p of ps) {
+    if (p.leader >= 0) leads.set(p.leader, (leads.get(p.leader) || 0) + 1);
+    for (const r of p.replicas) hosts.set(r, (hosts.get(r) || 0) + 1);
+  }
+  const head = h("thead", {}, h("tr", {}, ["Node", "Host", "Port", "Rack", "Role", "Leader of", "Replicas"]
+    .map((t, i) => h("th", { class: i === 2 || i > 4 ? "num" : "", text: t }))));
+  const rows = c.nodes.map((nd) => h("tr", { "data-node": nd.id },
+    h("td", { class: "mono", text: nd.id }),
+    h("td", { class: "mono", text: nd.host }),
+    h("td", { class: "num", text: nd.port }),
+    h("td", { text: nd.rack || "–" }),
+    h("td", {},
+      nd.controller ? h("span", { class: "badge ok", title: "holds the controller key in etcd", text: "controller" }) : null,
+      nd.controller && nd.self ? " " : null,
+      nd.self ? h("span", { class: "badge", title: "the node serving this page", text: "this node" }) : null),
+    h("td", { class: "num", text: fmtNum(leads.get(nd.id) || 0) }),
+    h("td", { class: "num", text: fmtNum(hosts.get(nd.id) || 0) })));
+  if (rows.length === 0) rows.push(h("tr", { class: "empty" }, h("td", { colspan: 7, text: "No live nodes." })));
+  fill($("nodes"), head, h("tbody", {}, rows));
+  $("nodes-note").textContent = `${c.nodes.length} live`;
+}
+
+function replicaChips(p) {
+  const isr = new Set(p.isr), down = new Set(p.offline_replicas);
+  return h("span", { class: "replicas" }, p.replicas.map((r) => {
+    let cls = "rep", title = `node ${r}`;
+    if (down.has(r)) { cls += " down"; title += ": not alive"; }
+    else if (r === p.leader) { cls += " lead"; title += ": the leader"; }
+    else if (isr.has(r)) { cls += " isr"; title += ": in sync"; }
+    else { cls += " lag"; title += ": out of sync"; }
+    if ((p.adding_replicas || []).includes(r)) title += ", being added";
+    if ((p.removing_replicas || []).includes(r)) title += ", being removed";
+    return h("span", { class: cls, title, text: r });
+  }));
+}
+
+function fillPartitions() {
+  const ps = state.partitions || [];
+  const f = state.partFilter.trim().toLowerCase();
+  const shown = ps.filter((p) => (!f || p.topic.toLowerCase().includes(f)) && (!state.problemsOnly || p.offline || p.under_replicated));
+  const head = h("thead", {}, h("tr", {}, ["Topic", "Partition", "Leader", "Epoch", "Replicas", "ISR", "Status"]
+    .map((t, i) => h("th", { class: i === 1 || i === 2 || i === 3 ? "num" : "", text: t }))));
+  const rows = shown.slice(0, MAX_PARTITION_ROWS).map((p) => {
+    const st = partStatus(p);
+    return h("tr", { "data-tp": `${p.topic}/${p.partition}`, class: st.cls === "ok" ? "" : st.cls },
+      h("td", { class: "mono", text: p.topic }),
+      h("td", { class: "num", text: p.partition }),
+      h("td", { class: "num" }, p.leader >= 0 ? String(p.leader) : h("span", { class: "cause", text: "none" })),
+      h("td", { class: "num", text: p.leader_epoch }),
+      h("td", {}, replicaChips(p)),
+      h("td", { class: "mono", text: p.isr.length ? p.isr.join(", ") : "–" }),
+      h("td", {}, h("span", { class: `badge ${st.cls}`, title: st.title, text: st.text }),
+        p.reassigning ? [" ", h("span", { class: "badge", title: `adding ${(p.adding_replicas || []).join(", ") || "none"}, removing ${(p.removing_replicas || []).join(", ") || "none"}`, text: "reassigning" })] : null));
+  });
+  if (rows.length === 0) rows.push(h("tr", { class: "empty" }, h("td", { colspan: 7, text: ps.length ? "No partition matches." : "No topics yet." })));
+  if (shown.length > MAX_PARTITION_ROWS) rows.push(h("tr", { class: "empty" }, h("td", { colspan: 7, text: `${fmtNum(shown.length - MAX_PARTITION_ROWS)} more partitions not drawn; filter by topic, or read api/v1/cluster/partitions.` })));
+  fill($("partitions"), head, h("tbody", {}, rows));
+  $("part-count").textContent = shown.length === ps.length ? `${ps.length} partitions` : `${shown.length} of ${ps.length} partitions`;
 }
 
 // ---- Start -------------------------------------------------------------
