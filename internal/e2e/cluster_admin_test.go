@@ -1,19 +1,23 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/groupd/groupd/internal/app"
+	"github.com/groupd/groupd/internal/cli"
 )
 
 // adminCluster is three in-process nodes of one cluster and a client of
@@ -35,7 +39,9 @@ func startAdminCluster(t *testing.T, ctx context.Context, opts ...kgo.Opt) *admi
 		c.nodes = append(c.nodes, nil)
 		c.start(t, int32(i+1))
 	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.addrs...)}, opts...)...)
+	// kgo answers Metadata from its cache for MetadataMinAge (5s by
+	// default); the tests wait on changes Metadata shows.
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.addrs...), kgo.MetadataMinAge(50 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,5 +330,113 @@ func TestClusterElectsThePreferredLeader(t *testing.T) {
 	}
 	if len(rs["elect"]) != 0 {
 		t.Errorf("an election of every partition lists %v", rs)
+	}
+}
+
+// runTopicsCLI runs `groupd topics args...` as the binary does, against
+// the cluster, and returns its output and exit status.
+func runTopicsCLI(c *adminCluster, args ...string) (stdout, stderr string, code int) {
+	root := &cobra.Command{Use: "groupd", SilenceUsage: true}
+	root.AddCommand(cli.TopicsCmd())
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(append(append([]string{"topics"}, args...), "--bootstrap-server="+strings.Join(c.addrs, ","), "--timeout=30s"))
+	err := root.ExecuteContext(context.Background())
+	if err != nil {
+		fmt.Fprintln(&errOut, err)
+	}
+	return out.String(), errOut.String(), cli.ExitCode(err)
+}
+
+// TestClusterCLIMovesPartitionsAndElectsLeaders drives `groupd topics
+// reassign`, `reassignments` and `elect-leaders` against three nodes: a
+// partition moves to other brokers, then its replicas are reordered so
+// that its preferred replica does not lead, and elect-leaders makes it
+// lead.
+func TestClusterCLIMovesPartitionsAndElectsLeaders(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and three nodes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c := startAdminCluster(t, ctx)
+	must := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := runTopicsCLI(c, args...)
+		if code != 0 {
+			t.Fatalf("topics %q: exit %d\n%s%s", args, code, out, errOut)
+		}
+		return out
+	}
+	must("create", "clitopic", "--partitions", "1", "--replication-factor", "2")
+	pd := c.partition(t, ctx, "clitopic", 0, func(pd kadm.PartitionDetail) error {
+		if len(pd.ISR) != 2 {
+			return fmt.Errorf("isr %v", pd.ISR)
+		}
+		return nil
+	})
+	a, b := pd.Replicas[0], pd.Replicas[1]
+	cNode := 6 - a - b
+	out := must("reassign", "--topic", "clitopic", "--partition", "0", "--replicas", fmt.Sprintf("%d,%d", b, cNode))
+	if want := fmt.Sprintf(`Reassignment of "clitopic" partition 0 to replicas %d,%d started`, b, cNode); !strings.Contains(out, want) {
+		t.Fatalf("reassign printed %q, want %q", out, want)
+	}
+	waitUntil(t, ctx, func() error {
+		out := must("reassignments")
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if strings.Join(strings.Fields(lines[0]), " ") != "TOPIC PARTITION REPLICAS ADDING REMOVING" {
+			t.Fatalf("reassignments printed:\n%s", out)
+		}
+		if len(lines) == 1 {
+			return nil
+		}
+		row := strings.Fields(lines[1])
+		if row[0] != "clitopic" || row[1] != "0" || row[3] != fmt.Sprint(cNode) || row[4] != fmt.Sprint(a) {
+			t.Fatalf("reassignments printed:\n%s", out)
+		}
+		return errors.New("under way: " + lines[1])
+	})
+	c.partition(t, ctx, "clitopic", 0, func(pd kadm.PartitionDetail) error {
+		if !slices.Equal(pd.Replicas, []int32{b, cNode}) || len(pd.ISR) != 2 {
+			return fmt.Errorf("replicas %v, isr %v", pd.Replicas, pd.ISR)
+		}
+		return nil
+	})
+	if _, errOut, code := runTopicsCLI(c, "reassign", "--topic", "clitopic", "--partition", "0", "--cancel"); code != 1 || !strings.Contains(errOut, "NO_REASSIGNMENT_IN_PROGRESS") {
+		t.Fatalf("cancel with none under way: exit %d, %s", code, errOut)
+	}
+
+	// The same replicas in the other order: the leader stays, and is no
+	// longer the preferred replica.
+	pd = c.partition(t, ctx, "clitopic", 0, func(pd kadm.PartitionDetail) error { return nil })
+	other := b
+	if pd.Leader == b {
+		other = cNode
+	}
+	must("reassign", "--topic", "clitopic", "--partition", "0", "--replicas", fmt.Sprintf("%d,%d", other, pd.Leader))
+	c.partition(t, ctx, "clitopic", 0, func(p kadm.PartitionDetail) error {
+		if !slices.Equal(p.Replicas, []int32{other, pd.Leader}) || p.Leader != pd.Leader || len(p.ISR) != 2 {
+			return fmt.Errorf("replicas %v, leader %d, isr %v", p.Replicas, p.Leader, p.ISR)
+		}
+		return nil
+	})
+	out = must("elect-leaders", "clitopic:0")
+	if strings.Join(strings.Fields(out), " ") != "TOPIC PARTITION RESULT clitopic 0 elected" {
+		t.Fatalf("elect-leaders printed:\n%s", out)
+	}
+	c.partition(t, ctx, "clitopic", 0, func(p kadm.PartitionDetail) error {
+		if p.Leader != other {
+			return fmt.Errorf("leader %d, want the preferred replica %d", p.Leader, other)
+		}
+		return nil
+	})
+	out = must("elect-leaders", "clitopic", "-o", "json")
+	if strings.Join(strings.Fields(out), "") != `[{"topic":"clitopic","partition":0,"result":"not-needed"}]` {
+		t.Fatalf("elect-leaders again printed:\n%s", out)
+	}
+	out = must("elect-leaders", "--unclean", "clitopic")
+	if !strings.Contains(out, "not-needed") {
+		t.Fatalf("unclean election with a live leader printed:\n%s", out)
 	}
 }
