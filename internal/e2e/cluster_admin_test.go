@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/groupd/groupd/internal/app"
 	"github.com/groupd/groupd/internal/cli"
@@ -47,13 +48,18 @@ func startAdminCluster(t *testing.T, ctx context.Context, opts ...kgo.Opt) *admi
 	}
 	t.Cleanup(cl.Close)
 	c.cl, c.adm = cl, kadm.NewClient(cl)
+	// Every node, not only the one asked, knows all three before a
+	// topic is placed over three: each one answers Metadata itself.
 	waitUntil(t, ctx, func() error {
-		ids, controller, err := liveBrokers(ctx, cl)
-		if err != nil {
-			return err
-		}
-		if len(ids) != 3 || controller < 1 {
-			return fmt.Errorf("brokers %v, controller %d", ids, controller)
+		for id := int32(1); id <= 3; id++ {
+			resp, err := cl.Broker(int(id)).Request(ctx, kmsg.NewPtrMetadataRequest())
+			if err != nil {
+				return err
+			}
+			md := resp.(*kmsg.MetadataResponse)
+			if len(md.Brokers) != 3 || md.ControllerID < 1 {
+				return fmt.Errorf("node %d: %d brokers, controller %d", id, len(md.Brokers), md.ControllerID)
+			}
 		}
 		return nil
 	})
