@@ -77,7 +77,7 @@ func TestClusterPicture(t *testing.T) {
 		meta.PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 2}},
 		meta.PartitionState{Leader: 3, LeaderEpoch: 2, ISR: []int32{3}})
 	v.Nodes[2] = meta.NodeInfo{ID: 2, Host: "h2", Port: 9092, Rack: "r2"}
-	v.Reassignments[view.TP{Topic: meta.ID{1}, Partition: 0}] = meta.Reassignment{Target: []int32{1, 2, 4}, Adding: []int32{4}, Removing: []int32{3}}
+	v.Reassignments[view.TP{Topic: meta.ID{1}, Partition: 0}] = view.Reassignment{Reassignment: meta.Reassignment{Target: []int32{1, 2, 4}, Adding: []int32{4}, Removing: []int32{3}}}
 
 	c, ps := clusterPicture(v, 2, "dev")
 	if c.ClusterID != "dev" || c.NodeID != 2 || c.Controller != 1 {

@@ -78,6 +78,9 @@ func flagError(cmd *cobra.Command, err error) error {
 // arguments.
 func exactArgs(names ...string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != len(names) && len(names) == 0 {
+			return usageErr(cmd, "%s takes no arguments (got %d): %q", cmd.Name(), len(args), args)
+		}
 		if len(args) != len(names) {
 			return usageErr(cmd, "%s takes %s (got %d argument(s))", cmd.Name(), strings.Join(names, " "), len(args))
 		}
@@ -150,8 +153,11 @@ func (o *options) seeds() []string {
 // clusterConn is one command's connection to the cluster, bounded by
 // --timeout.
 type clusterConn struct {
-	ctx    context.Context
-	adm    *kadm.Client
+	ctx context.Context
+	adm *kadm.Client
+	// cl is the client under adm, for the requests kadm does not make
+	// as the command needs (a listing of every reassignment).
+	cl     *kgo.Client
 	cancel func()
 }
 
@@ -161,7 +167,7 @@ func (o *options) connect(cmd *cobra.Command) (*clusterConn, error) {
 		return nil, usageErr(cmd, "--bootstrap-server: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
-	return &clusterConn{ctx: ctx, adm: kadm.NewClient(cl), cancel: func() { cancel(); cl.Close() }}, nil
+	return &clusterConn{ctx: ctx, adm: kadm.NewClient(cl), cl: cl, cancel: func() { cancel(); cl.Close() }}, nil
 }
 
 func (s *clusterConn) close() { s.cancel() }
@@ -242,6 +248,14 @@ func (o *options) hint(err error) string {
 		return "Describe it with 'groupd topics describe', or delete it first."
 	case kerr.InvalidReplicationFactor:
 		return "A single groupd broker takes --replication-factor 1 (or -1 for the broker's default)."
+	case kerr.InvalidReplicaAssignment:
+		return "Name distinct brokers that are up: see the brokers with 'groupd topics describe' (REPLICAS) or your cluster's tools."
+	case kerr.NoReassignmentInProgress:
+		return "List the reassignments under way with 'groupd topics reassignments'."
+	case kerr.PreferredLeaderNotAvailable:
+		return "The preferred replica (the first of REPLICAS in 'groupd topics describe') must be up and in the ISR."
+	case kerr.EligibleLeadersNotAvailable:
+		return "No replica of the partition is up: start one of its brokers first."
 	}
 	return ""
 }

@@ -637,6 +637,35 @@ func TestTopicCommands(t *testing.T) {
 	})
 }
 
+// TestPartitionAdminOnOneNode: a single groupd node answers the partition
+// admin commands as a Kafka cluster of one broker: its partitions' only
+// replica leads, there is no other broker to move them to and no
+// reassignment under way.
+func TestPartitionAdminOnOneNode(t *testing.T) {
+	bs := "--bootstrap-server=" + startGroupd(t)
+	mustRun(t, "topics", "create", "solo", "--partitions", "2", "--replication-factor", "1", bs)
+	r := mustRun(t, "topics", "elect-leaders", "solo", bs)
+	rows := parseTable(t, r.stdout)
+	if len(rows) != 2 || rows[0]["PARTITION"] != "0" || rows[0]["RESULT"] != "not-needed" || rows[1]["RESULT"] != "not-needed" {
+		t.Fatalf("elect-leaders:\n%s", r.stdout)
+	}
+	// Asked for every partition: those led as asked are left out.
+	r = mustRun(t, "topics", "elect-leaders", bs, "-o", "json")
+	if strings.TrimSpace(r.stdout) != "[]" {
+		t.Fatalf("elect-leaders of every partition: %s", r.stdout)
+	}
+	mustFail(t, 1, "UNKNOWN_TOPIC_OR_PARTITION", "topics", "elect-leaders", "solo:5", bs)
+	mustFail(t, 1, "INVALID_REPLICA_ASSIGNMENT", "topics", "reassign", "--topic", "solo", "--partition", "0", "--replicas", "7", bs)
+	r = mustFail(t, 1, "NO_REASSIGNMENT_IN_PROGRESS", "topics", "reassign", "--topic", "solo", "--partition", "0", "--cancel", bs)
+	if !strings.Contains(r.stderr, "groupd topics reassignments") {
+		t.Errorf("no hint: %s", r.stderr)
+	}
+	r = mustRun(t, "topics", "reassignments", bs)
+	if rows := parseTable(t, r.stdout); len(rows) != 0 || !strings.HasPrefix(r.stdout, "TOPIC") {
+		t.Fatalf("reassignments:\n%s", r.stdout)
+	}
+}
+
 // TestUsageErrors: command lines that cannot run exit 2 before any
 // connection is tried (the bootstrap address accepts none).
 func TestUsageErrors(t *testing.T) {
@@ -670,6 +699,15 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"topics", "create", "t", "--partitions", "0"}, "--partitions must be positive"},
 		{[]string{"topics", "create", "t", "--config", "retention"}, "NAME=VALUE"},
 		{[]string{"topics", "list", "--bootstrap-server", ""}, "--bootstrap-server is empty"},
+		{[]string{"topics", "reassign", "--partition", "0", "--replicas", "1"}, "--topic is required"},
+		{[]string{"topics", "reassign", "--topic", "t", "--replicas", "1"}, "--partition is required"},
+		{[]string{"topics", "reassign", "--topic", "t", "--partition", "0"}, "exactly one of --replicas and --cancel"},
+		{[]string{"topics", "reassign", "--topic", "t", "--partition", "0", "--replicas", "1", "--cancel"}, "exactly one of --replicas and --cancel"},
+		{[]string{"topics", "reassign", "--topic", "t", "--partition", "0", "--replicas", "1,x"}, `"x" is not a broker id`},
+		{[]string{"topics", "reassign", "--topic", "t", "--partition", "0", "--replicas", "1,2,1"}, "broker 1 is named twice"},
+		{[]string{"topics", "reassign", "t", "--partition", "0", "--cancel"}, "reassign takes no"},
+		{[]string{"topics", "elect-leaders", "t:x"}, "not a partition number"},
+		{[]string{"topics", "reassignments", ":1"}, "no topic name"},
 	} {
 		// The address goes first, so that a test's own wins.
 		args := append(slices.Clone(tc.args[:2]), bs)

@@ -12,15 +12,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// TopicsCmd is `groupd topics`: list, create, describe and delete.
+// TopicsCmd is `groupd topics`: list, create, describe and delete, and
+// the partition admin commands: reassign, reassignments, elect-leaders.
 func TopicsCmd() *cobra.Command {
 	o := newOptions()
 	cmd := &cobra.Command{
 		Use:   "topics",
-		Short: "List, create, describe and delete topics (any Kafka cluster)",
+		Short: "List, create, describe and delete topics, move partitions, elect leaders (any Kafka cluster)",
 		Long: `List, create, describe and delete topics over the Kafka protocol, as
-kafka-topics.sh does; the commands work against groupd and against any Kafka
-cluster.
+kafka-topics.sh does, move partitions between brokers as
+kafka-reassign-partitions.sh does and elect leaders as kafka-leader-election.sh
+does; the commands work against groupd and against any Kafka cluster.
 
 Exit status: 0 success, 1 the operation failed (the broker refused it, the
 topic does not exist, the broker could not be reached), 2 usage error.`,
@@ -28,7 +30,8 @@ topic does not exist, the broker could not be reached), 2 usage error.`,
 		RunE: parentRun,
 	}
 	o.addFlags(cmd)
-	cmd.AddCommand(listTopicsCmd(o), createTopicsCmd(o), describeTopicsCmd(o), deleteTopicsCmd(o))
+	cmd.AddCommand(listTopicsCmd(o), createTopicsCmd(o), describeTopicsCmd(o), deleteTopicsCmd(o),
+		reassignCmd(o), reassignmentsCmd(o), electLeadersCmd(o))
 	return cmd
 }
 

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/groupd/groupd/internal/cluster/controller"
 	"github.com/groupd/groupd/internal/cluster/kv"
@@ -130,38 +131,16 @@ func (n *Node) decide(v *view.View, mine int64, epoch int32, due bool) bool {
 	cv := controllerView(v, n.cfg.AutoLeaderRebalance, due)
 	for _, w := range controller.Decide(cv) {
 		tp := view.TP{Topic: meta.ID(w.TP.Topic), Partition: w.TP.Partition}
-		st := meta.PartitionState{Leader: w.State.Leader, LeaderEpoch: w.State.LeaderEpoch, ISR: w.State.ISR,
-			PartitionEpoch: w.State.PartitionEpoch, ControllerEpoch: epoch}
-		data, err := st.Encode()
-		if err != nil {
-			n.log.Error("a controller decision does not encode; skipped", "err", err, "reason", w.Reason)
-			continue
-		}
 		t, ok := v.TopicByID(tp.Topic)
 		if !ok {
 			continue
 		}
-		// The topic as the decision saw it: a topic deleted (or changed)
-		// meanwhile refuses the write, so that a partition's state is
-		// never written again after its topic's deletion removed it.
-		conds := []kv.Cond{kv.CreateRevisionIs(n.keys.Controller(), mine), kv.ModRevisionIs(n.keys.Partition(tp.Topic, tp.Partition), w.ExpectRevision),
-			kv.ModRevisionIs(n.keys.Topic(t.Name), t.Revision)}
-		conds = append(conds, v.RegistrationConds(n.keys, -1, 0, st.Leader, st.ISR)...)
-		ops := []kv.Op{kv.Put(n.keys.Partition(tp.Topic, tp.Partition), data, 0)}
-		if w.Replicas != nil {
-			nt := t.Topic
-			nt.Partitions = append([][]int32(nil), nt.Partitions...)
-			nt.Partitions[tp.Partition] = w.Replicas
-			tdata, err := nt.Encode()
-			if err != nil {
-				n.log.Error("a reassignment does not encode; skipped", "err", err)
-				continue
-			}
-			ops = append(ops, kv.Put(n.keys.Topic(t.Name), tdata, 0))
-			if w.Finished {
-				ops = append(ops, kv.Delete(n.keys.Reassignment(tp.Topic, tp.Partition)))
-			}
+		conds, ops, err := decisionTxn(n.keys, v, t, mine, epoch, w)
+		if err != nil {
+			n.log.Error("a controller decision does not encode; skipped", "err", err, "reason", w.Reason)
+			continue
 		}
+		st := w.State
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.SessionTimeout)
 		ok, _, err = n.cfg.KV.Txn(ctx, conds, ops)
 		cancel()
@@ -169,6 +148,8 @@ func (n *Node) decide(v *view.View, mine int64, epoch int32, due bool) bool {
 		case err != nil:
 			n.log.Warn("writing a controller decision", "err", err, "reason", w.Reason)
 			return false
+		case ok && w.DropElection:
+			n.log.Info("controller decision", "reason", w.Reason, "topic", tp.Topic.String(), "partition", tp.Partition)
 		case ok:
 			n.log.Info("controller decision", "reason", w.Reason, "topic", tp.Topic.String(), "partition", tp.Partition,
 				"leader", st.Leader, "leader_epoch", st.LeaderEpoch, "isr", st.ISR)
@@ -176,6 +157,56 @@ func (n *Node) decide(v *view.View, mine int64, epoch int32, due bool) bool {
 		// Refused: the state moved on; the next view decides again.
 	}
 	return true
+}
+
+// decisionTxn is the transaction of one controller decision on v, for
+// topic t: conditioned on the node still holding the controller key it
+// created at mine, on the partition's state being the one decided on, on
+// the topic being the one decided on (a topic deleted or changed
+// meanwhile refuses the write, so that a partition's state is never
+// written again after its topic's deletion removed it), on the nodes the
+// state names being registered as the view tells, and on the
+// reassignment or election the decision carries being unchanged. The
+// simulator (internal/sim/cluster) makes the same transactions.
+func decisionTxn(keys meta.Keys, v *view.View, t view.Topic, mine int64, epoch int32, w controller.Write) ([]kv.Cond, []kv.Op, error) {
+	tp := view.TP{Topic: meta.ID(w.TP.Topic), Partition: w.TP.Partition}
+	pkey := keys.Partition(tp.Topic, tp.Partition)
+	conds := []kv.Cond{kv.CreateRevisionIs(keys.Controller(), mine), kv.ModRevisionIs(pkey, w.ExpectRevision),
+		kv.ModRevisionIs(keys.Topic(t.Name), t.Revision)}
+	var ops []kv.Op
+	if w.ElectionRevision != 0 {
+		ekey := keys.Election(tp.Topic, tp.Partition)
+		conds = append(conds, kv.ModRevisionIs(ekey, w.ElectionRevision))
+		ops = append(ops, kv.Delete(ekey))
+	}
+	if w.DropElection {
+		return conds, ops, nil
+	}
+	st := meta.PartitionState{Leader: w.State.Leader, LeaderEpoch: w.State.LeaderEpoch, ISR: w.State.ISR,
+		PartitionEpoch: w.State.PartitionEpoch, ControllerEpoch: epoch}
+	data, err := st.Encode()
+	if err != nil {
+		return nil, nil, err
+	}
+	conds = append(conds, v.RegistrationConds(keys, -1, 0, st.Leader, st.ISR)...)
+	ops = append(ops, kv.Put(pkey, data, 0))
+	if w.ReassignRevision != 0 {
+		conds = append(conds, kv.ModRevisionIs(keys.Reassignment(tp.Topic, tp.Partition), w.ReassignRevision))
+	}
+	if w.Replicas != nil {
+		nt := t.Topic
+		nt.Partitions = append([][]int32(nil), nt.Partitions...)
+		nt.Partitions[tp.Partition] = w.Replicas
+		tdata, err := nt.Encode()
+		if err != nil {
+			return nil, nil, fmt.Errorf("a reassignment: %w", err)
+		}
+		ops = append(ops, kv.Put(keys.Topic(t.Name), tdata, 0))
+		if w.Finished {
+			ops = append(ops, kv.Delete(keys.Reassignment(tp.Topic, tp.Partition)))
+		}
+	}
+	return conds, ops, nil
 }
 
 // controllerView is the controller's view of v.
@@ -187,6 +218,7 @@ func controllerView(v *view.View, autoRebalance, due bool) controller.View {
 		ShuttingDown:        map[int32]bool{},
 		States:              map[controller.TP]controller.PartitionState{},
 		Reassign:            map[controller.TP]controller.Reassignment{},
+		Elections:           map[controller.TP]controller.Election{},
 		AutoLeaderRebalance: autoRebalance,
 		RebalanceDue:        due,
 	}
@@ -209,7 +241,15 @@ func controllerView(v *view.View, autoRebalance, due bool) controller.View {
 			Leader: s.Leader, LeaderEpoch: s.LeaderEpoch, ISR: s.ISR, PartitionEpoch: s.PartitionEpoch, Revision: s.Revision}
 	}
 	for tp, r := range v.Reassignments {
-		cv.Reassign[controller.TP{Topic: controller.TopicID(tp.Topic), Partition: tp.Partition}] = controller.Reassignment{Target: r.Target}
+		cv.Reassign[controller.TP{Topic: controller.TopicID(tp.Topic), Partition: tp.Partition}] = controller.Reassignment{
+			Target: r.Target, Revert: r.Revert, Revision: r.Revision}
+	}
+	for tp, e := range v.Elections {
+		typ := controller.ElectPreferred
+		if e.Type == meta.ElectUnclean {
+			typ = controller.ElectUnclean
+		}
+		cv.Elections[controller.TP{Topic: controller.TopicID(tp.Topic), Partition: tp.Partition}] = controller.Election{Type: typ, Revision: e.Revision}
 	}
 	return cv
 }

@@ -143,8 +143,8 @@ func (n *Node) WaitTopic(ctx context.Context, name string, partitions int) error
 	}
 }
 
-// DeleteTopic deletes a topic's key, its partitions' states and its
-// reassignments in one transaction.
+// DeleteTopic deletes a topic's key, its partitions' states, its
+// reassignments and the elections asked for on it in one transaction.
 func (n *Node) DeleteTopic(ctx context.Context, name string) error {
 	t, ok := n.View().Topic(name)
 	if !ok {
@@ -154,6 +154,7 @@ func (n *Node) DeleteTopic(ctx context.Context, name string) error {
 		kv.Delete(n.keys.Topic(name)),
 		kv.DeletePrefix(n.keys.TopicPartitionsPrefix(t.ID)),
 		kv.DeletePrefix(n.keys.ReassignmentsPrefix() + t.ID.String() + "/"),
+		kv.DeletePrefix(n.keys.ElectionsPrefix() + t.ID.String() + "/"),
 	})
 	if err != nil {
 		return err

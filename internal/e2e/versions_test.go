@@ -3,6 +3,7 @@ package e2e
 import (
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/groupd/groupd/internal/api"
@@ -96,6 +97,14 @@ func fillMinimal(req kmsg.Request, topicID [16]byte) {
 		rt.Topic = "versions"
 		rt.Partitions = []kmsg.DeleteRecordsRequestTopicPartition{{Partition: 0, Offset: 0}}
 		r.Topics = append(r.Topics, rt)
+	case *kmsg.ElectLeadersRequest:
+		r.Topics = []kmsg.ElectLeadersRequestTopic{{Topic: "versions", Partitions: []int32{0}}}
+	case *kmsg.AlterPartitionAssignmentsRequest:
+		// A cancellation, with none under way.
+		rt := kmsg.NewAlterPartitionAssignmentsRequestTopic()
+		rt.Topic = "versions"
+		rt.Partitions = []kmsg.AlterPartitionAssignmentsRequestTopicPartition{{Partition: 0}}
+		r.Topics = append(r.Topics, rt)
 	case *kmsg.OffsetForLeaderEpochRequest:
 		rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
 		rt.Topic = "versions"
@@ -128,6 +137,23 @@ func topLevelError(resp kmsg.Response) (int16, bool) {
 		return r.Resources[0].ErrorCode, true
 	case *kmsg.DeleteRecordsResponse:
 		return r.Topics[0].Partitions[0].ErrorCode, true
+	// A single node's partition has one replica, which leads; it has no
+	// reassignment to cancel and lists none.
+	case *kmsg.ElectLeadersResponse:
+		if r.ErrorCode != 0 || len(r.Topics) != 1 || r.Topics[0].Partitions[0].ErrorCode != kerr.ElectionNotNeeded.Code {
+			return -1, true
+		}
+		return 0, true
+	case *kmsg.AlterPartitionAssignmentsResponse:
+		if r.ErrorCode != 0 || len(r.Topics) != 1 || r.Topics[0].Partitions[0].ErrorCode != kerr.NoReassignmentInProgress.Code {
+			return -1, true
+		}
+		return 0, true
+	case *kmsg.ListPartitionReassignmentsResponse:
+		if r.ErrorCode != 0 || len(r.Topics) != 0 {
+			return -1, true
+		}
+		return 0, true
 	}
 	return 0, false
 }

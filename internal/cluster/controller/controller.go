@@ -54,7 +54,34 @@
 //   - A reassignment adds its target replicas to the assignment, waits
 //     until every one of them is in the ISR, then gives the partition its
 //     target assignment, moving leadership to a target replica if the
-//     leader is not one, and removes the others from the ISR.
+//     leader is not one, and removes the others from the ISR. Every write
+//     of a reassignment compares the reassignment's revision, so that one
+//     replaced or cancelled meanwhile is not carried on.
+//   - A cancelled reassignment whose added replicas are already in the
+//     assignment is a revert (Kafka's PartitionReassignmentRevert): the
+//     partition gets its original replicas back at once, without waiting
+//     for them to be in sync; the ISR loses the added replicas, and
+//     leadership moves to an original replica in the ISR if an added one
+//     led. If only added replicas are in the ISR, the revert waits until
+//     the leader brings an original one back in sync (Kafka would make it
+//     an unclean election; here no acknowledged record is given up). A
+//     cancelled reassignment that added nothing yet is deleted by the node
+//     that served the request; the controller never sees it.
+//   - An election asked for by ElectLeaders (View.Elections) is answered
+//     by the write that does it, which also deletes the request (and
+//     compares its revision). A preferred election makes the first
+//     replica of the assignment leader, at a new leader epoch, when it is
+//     alive, in the ISR, not shutting down and not already leading, as
+//     the periodic preferred-leader check does. An unclean election
+//     applies to a partition with no live leader only: it elects as
+//     unclean.leader.election.enable would (a live ISR member if there is
+//     one, else the first live replica, the ISR shrinking to it). The
+//     rules above come first: a partition with another decision to make
+//     keeps its request for the next decision. A request that cannot be
+//     done (the preferred replica not eligible or already leading; an
+//     unclean election for a partition with a live leader, or with no
+//     live replica) is deleted without a change (Write.DropElection):
+//     the node that asked reads the outcome from the partition's state.
 package controller
 
 import (
@@ -99,6 +126,29 @@ type PartitionState struct {
 // Reassignment is a partition's move to a new set of replicas.
 type Reassignment struct {
 	Target []int32
+	// Revert is a cancelled reassignment going back to its original
+	// replicas, Target.
+	Revert bool
+	// Revision is the etcd mod revision of the reassignment; the writes
+	// that carry it on compare it.
+	Revision int64
+}
+
+// ElectionType is the kind of election an ElectLeaders request asks for.
+type ElectionType int8
+
+// The election types, numbered as ElectLeaders numbers them.
+const (
+	ElectPreferred ElectionType = 0
+	ElectUnclean   ElectionType = 1
+)
+
+// Election is an election asked for on a partition.
+type Election struct {
+	Type ElectionType
+	// Revision is the etcd mod revision of the request; the write that
+	// answers it compares it and deletes the request.
+	Revision int64
 }
 
 // View is the cluster as the controller decides on it.
@@ -117,6 +167,8 @@ type View struct {
 	Topics       []Topic
 	States       map[TP]PartitionState
 	Reassign     map[TP]Reassignment
+	// Elections are the elections asked for by ElectLeaders.
+	Elections map[TP]Election
 	// RebalanceDue says a preferred-leader check is due.
 	RebalanceDue bool
 	// AutoLeaderRebalance is auto.leader.rebalance.enable.
@@ -135,7 +187,19 @@ type Write struct {
 	// is done when Finished is set.
 	Replicas []int32
 	Finished bool
-	Reason   string
+	// ReassignRevision, if not 0, is the revision of the reassignment
+	// the write carries on: the write holds only while the reassignment
+	// is unchanged, and deletes it when Finished.
+	ReassignRevision int64
+	// ElectionRevision, if not 0, is the revision of the election
+	// request the write answers: the write holds only while the request
+	// is unchanged, and deletes it.
+	ElectionRevision int64
+	// DropElection says the write only deletes the election request at
+	// ElectionRevision, which cannot be done: State is not written, but
+	// the partition's state must still be at ExpectRevision.
+	DropElection bool
+	Reason       string
 }
 
 // Reasons of a Write.
@@ -152,6 +216,13 @@ const (
 	ReasonReassignDone = "reassignment-done"
 	ReasonFirstLeader  = "first-leader"
 	ReasonNewPartition = "new-partition"
+	// ReasonReassignRevert is a cancelled reassignment undone.
+	ReasonReassignRevert = "reassignment-revert"
+	// ReasonElectPreferred is a preferred election ElectLeaders asked for.
+	ReasonElectPreferred = "requested-preferred-leader"
+	// ReasonElectionDropped deletes an election request that cannot be
+	// done (or is not needed).
+	ReasonElectionDropped = "election-not-done"
 )
 
 // Decide returns the writes the controller makes on v, in a fixed order
@@ -170,7 +241,7 @@ func Decide(v View) []Write {
 				}
 				continue
 			}
-			if w, ok := decidePartition(v, t, tp, replicas, st); ok {
+			if w, ok := decideWithElection(v, t, tp, replicas, st); ok {
 				out = append(out, w)
 			}
 		}
@@ -192,7 +263,44 @@ func bounced(v View, st PartitionState, n int32) bool {
 	return st.Leader != NoLeader && v.Registered[n] > st.Revision
 }
 
-func decidePartition(v View, t Topic, tp TP, replicas []int32, st PartitionState) (Write, bool) {
+// decideWithElection is decidePartition, then the election asked for on
+// the partition, if any: answered by the partition's decision when that
+// elects as asked, else done or dropped when there is nothing else to do.
+func decideWithElection(v View, t Topic, tp TP, replicas []int32, st PartitionState) (Write, bool) {
+	e, asked := v.Elections[tp]
+	unclean := t.UncleanLeaderElection || (asked && e.Type == ElectUnclean)
+	w, ok := decidePartition(v, tp, replicas, st, unclean)
+	if !asked {
+		return w, ok
+	}
+	if ok {
+		elected := w.State.Leader != NoLeader && w.State.LeaderEpoch > st.LeaderEpoch
+		switch {
+		case w.ReassignRevision != 0:
+			// A reassignment's write carries its own condition; the
+			// request waits for the next decision.
+		case e.Type == ElectUnclean && elected,
+			e.Type == ElectPreferred && elected && len(replicas) > 0 && w.State.Leader == replicas[0]:
+			w.ElectionRevision = e.Revision
+		}
+		return w, true
+	}
+	drop := Write{TP: tp, ExpectRevision: st.Revision, ElectionRevision: e.Revision, DropElection: true, Reason: ReasonElectionDropped}
+	if e.Type == ElectPreferred && len(replicas) > 0 {
+		pref := replicas[0]
+		_, ok := v.Alive[pref]
+		if pref != st.Leader && ok && !v.ShuttingDown[pref] && !bounced(v, st, pref) && slices.Contains(st.ISR, pref) {
+			return Write{TP: tp, ExpectRevision: st.Revision, ElectionRevision: e.Revision, Reason: ReasonElectPreferred,
+				State: PartitionState{Leader: pref, LeaderEpoch: st.LeaderEpoch + 1, ISR: st.ISR, PartitionEpoch: st.PartitionEpoch + 1}}, true
+		}
+	}
+	// Not eligible, already led as asked, or (unclean) led by a live
+	// leader or without a live replica: decidePartition would have
+	// elected otherwise.
+	return drop, true
+}
+
+func decidePartition(v View, tp TP, replicas []int32, st PartitionState, unclean bool) (Write, bool) {
 	next := func(leader int32, isr []int32, reason string) Write {
 		return Write{TP: tp, ExpectRevision: st.Revision, Reason: reason, State: PartitionState{
 			Leader: leader, LeaderEpoch: st.LeaderEpoch + 1, ISR: isr, PartitionEpoch: st.PartitionEpoch + 1,
@@ -247,7 +355,7 @@ func decidePartition(v View, t Topic, tp TP, replicas []int32, st PartitionState
 			}
 			return next(NoLeader, isr, ReasonBounced), true
 		}
-		if t.UncleanLeaderElection {
+		if unclean {
 			for _, r := range replicas {
 				if alive(r) {
 					return next(r, []int32{r}, ReasonUnclean), true
@@ -311,6 +419,17 @@ func liveISR(isr []int32, leader int32, alive map[int32]string) []int32 {
 // once every target replica is in the ISR, the target, with a leader among
 // it and the others out of the ISR.
 func reassign(v View, tp TP, replicas []int32, st PartitionState, r Reassignment) (Write, bool) {
+	w, ok := reassignStep(v, tp, replicas, st, r)
+	if ok {
+		w.ReassignRevision = r.Revision
+	}
+	return w, ok
+}
+
+func reassignStep(v View, tp TP, replicas []int32, st PartitionState, r Reassignment) (Write, bool) {
+	if r.Revert {
+		return revert(v, tp, st, r)
+	}
 	union := slices.Clone(r.Target)
 	for _, x := range replicas {
 		if !slices.Contains(union, x) {
@@ -343,6 +462,35 @@ func reassign(v View, tp TP, replicas []int32, st PartitionState, r Reassignment
 		}
 	}
 	return Write{TP: tp, ExpectRevision: st.Revision, Reason: ReasonReassignDone, Replicas: slices.Clone(r.Target), Finished: true,
+		State: PartitionState{Leader: leader, LeaderEpoch: epoch, ISR: isr, PartitionEpoch: st.PartitionEpoch + 1}}, true
+}
+
+// revert gives a partition its original replicas, r.Target, back: the
+// added replicas leave the ISR, and if one of them led, the first
+// original replica in the ISR that is alive leads (none: offline, at a
+// new epoch, with the original replicas of the ISR, so that one leads
+// when it returns). With only added replicas in the ISR it waits.
+func revert(v View, tp TP, st PartitionState, r Reassignment) (Write, bool) {
+	var isr []int32
+	for _, x := range st.ISR {
+		if slices.Contains(r.Target, x) {
+			isr = append(isr, x)
+		}
+	}
+	if len(isr) == 0 {
+		return Write{}, false
+	}
+	leader, epoch := st.Leader, st.LeaderEpoch
+	if !slices.Contains(r.Target, leader) {
+		leader, epoch = NoLeader, st.LeaderEpoch+1
+		for _, x := range r.Target {
+			if _, ok := v.Alive[x]; ok && !v.ShuttingDown[x] && slices.Contains(isr, x) && !bounced(v, st, x) {
+				leader = x
+				break
+			}
+		}
+	}
+	return Write{TP: tp, ExpectRevision: st.Revision, Reason: ReasonReassignRevert, Replicas: slices.Clone(r.Target), Finished: true,
 		State: PartitionState{Leader: leader, LeaderEpoch: epoch, ISR: isr, PartitionEpoch: st.PartitionEpoch + 1}}, true
 }
 

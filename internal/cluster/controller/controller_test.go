@@ -10,7 +10,8 @@ import (
 var tA = TopicID{1}
 
 func view(alive ...int32) View {
-	v := View{Alive: map[int32]string{}, ShuttingDown: map[int32]bool{}, States: map[TP]PartitionState{}, Reassign: map[TP]Reassignment{}}
+	v := View{Alive: map[int32]string{}, ShuttingDown: map[int32]bool{}, States: map[TP]PartitionState{}, Reassign: map[TP]Reassignment{},
+		Elections: map[TP]Election{}}
 	for _, n := range alive {
 		v.Alive[n] = ""
 	}
@@ -23,9 +24,19 @@ func tp0() TP { return TP{Topic: tA, Partition: 0} }
 func describe(ws []Write) string {
 	var b strings.Builder
 	for _, w := range ws {
+		if w.DropElection {
+			fmt.Fprintf(&b, "%s: drop election=%d expect=%d\n", w.Reason, w.ElectionRevision, w.ExpectRevision)
+			continue
+		}
 		fmt.Fprintf(&b, "%s: leader=%d epoch=%d isr=%v pepoch=%d expect=%d", w.Reason, w.State.Leader, w.State.LeaderEpoch, w.State.ISR, w.State.PartitionEpoch, w.ExpectRevision)
 		if w.Replicas != nil {
 			fmt.Fprintf(&b, " replicas=%v finished=%v", w.Replicas, w.Finished)
+		}
+		if w.ReassignRevision != 0 {
+			fmt.Fprintf(&b, " reassign=%d", w.ReassignRevision)
+		}
+		if w.ElectionRevision != 0 {
+			fmt.Fprintf(&b, " election=%d", w.ElectionRevision)
 		}
 		b.WriteString("\n")
 	}
@@ -149,9 +160,9 @@ func TestDecide(t *testing.T) {
 		}, ""},
 		{"a reassignment first adds its target to the replicas", func(v *View) {
 			v.Alive[4] = ""
-			v.Reassign[tp0()] = Reassignment{Target: []int32{4, 2, 3}}
+			v.Reassign[tp0()] = Reassignment{Target: []int32{4, 2, 3}, Revision: 9}
 			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 2, 3}, Revision: 10}
-		}, "reassignment-add: leader=1 epoch=4 isr=[1 2 3] pepoch=1 expect=10 replicas=[4 2 3 1] finished=false\n"},
+		}, "reassignment-add: leader=1 epoch=4 isr=[1 2 3] pepoch=1 expect=10 replicas=[4 2 3 1] finished=false reassign=9\n"},
 		{"and waits until the target is in the ISR", func(v *View) {
 			v.Alive[4] = ""
 			v.Topics[0].Replicas = [][]int32{{4, 2, 3, 1}}
@@ -161,9 +172,80 @@ func TestDecide(t *testing.T) {
 		{"then finishes: the target, a leader from it, the others out of the ISR", func(v *View) {
 			v.Alive[4] = ""
 			v.Topics[0].Replicas = [][]int32{{4, 2, 3, 1}}
-			v.Reassign[tp0()] = Reassignment{Target: []int32{4, 2, 3}}
+			v.Reassign[tp0()] = Reassignment{Target: []int32{4, 2, 3}, Revision: 9}
 			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 2, 3, 4}, Revision: 12}
-		}, "reassignment-done: leader=4 epoch=5 isr=[2 3 4] pepoch=1 expect=12 replicas=[4 2 3] finished=true\n"},
+		}, "reassignment-done: leader=4 epoch=5 isr=[2 3 4] pepoch=1 expect=12 replicas=[4 2 3] finished=true reassign=9\n"},
+		{"a revert gives the original replicas back at once, the added ones out of the ISR", func(v *View) {
+			v.Alive[4] = ""
+			delete(v.Alive, 3)
+			v.Topics[0].Replicas = [][]int32{{4, 2, 1, 3}}
+			v.Reassign[tp0()] = Reassignment{Target: []int32{1, 3, 2}, Revert: true, Revision: 11}
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 2, 4}, Revision: 12}
+		}, "reassignment-revert: leader=1 epoch=4 isr=[1 2] pepoch=1 expect=12 replicas=[1 3 2] finished=true reassign=11\n"},
+		{"a revert moves leadership off an added replica to an original one in the ISR", func(v *View) {
+			v.Alive[4] = ""
+			v.Topics[0].Replicas = [][]int32{{4, 2, 1, 3}}
+			v.Reassign[tp0()] = Reassignment{Target: []int32{1, 2, 3}, Revert: true, Revision: 11}
+			v.States[tp0()] = PartitionState{Leader: 4, LeaderEpoch: 4, ISR: []int32{4, 2}, Revision: 12}
+		}, "reassignment-revert: leader=2 epoch=5 isr=[2] pepoch=1 expect=12 replicas=[1 2 3] finished=true reassign=11\n"},
+		{"a revert with only added replicas in the ISR waits", func(v *View) {
+			v.Alive[4] = ""
+			v.Topics[0].Replicas = [][]int32{{4, 1}}
+			v.Reassign[tp0()] = Reassignment{Target: []int32{1}, Revert: true, Revision: 11}
+			v.States[tp0()] = PartitionState{Leader: 4, LeaderEpoch: 4, ISR: []int32{4}, Revision: 12}
+		}, ""},
+		{"a preferred election asked for: the preferred replica leads at a new epoch, the request deleted", func(v *View) {
+			v.Elections[tp0()] = Election{Type: ElectPreferred, Revision: 13}
+			v.States[tp0()] = PartitionState{Leader: 2, LeaderEpoch: 5, ISR: []int32{2, 3, 1}, PartitionEpoch: 3, Revision: 12}
+		}, "requested-preferred-leader: leader=1 epoch=6 isr=[2 3 1] pepoch=4 expect=12 election=13\n"},
+		{"a preferred election when the preferred replica leads: dropped, nothing written", func(v *View) {
+			v.Elections[tp0()] = Election{Type: ElectPreferred, Revision: 13}
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 5, ISR: []int32{2, 3, 1}, Revision: 12}
+		}, "election-not-done: drop election=13 expect=12\n"},
+		{"a preferred election with the preferred replica out of the ISR: dropped", func(v *View) {
+			v.Elections[tp0()] = Election{Type: ElectPreferred, Revision: 13}
+			v.States[tp0()] = PartitionState{Leader: 2, LeaderEpoch: 5, ISR: []int32{2, 3}, Revision: 12}
+		}, "election-not-done: drop election=13 expect=12\n"},
+		{"a preferred election with the preferred replica shutting down: dropped", func(v *View) {
+			v.ShuttingDown[1] = true
+			v.Elections[tp0()] = Election{Type: ElectPreferred, Revision: 13}
+			v.States[tp0()] = PartitionState{Leader: 2, LeaderEpoch: 5, ISR: []int32{2, 3, 1}, Revision: 12}
+		}, "election-not-done: drop election=13 expect=12\n"},
+		{"a preferred election waits while another decision comes first", func(v *View) {
+			delete(v.Alive, 3)
+			v.Elections[tp0()] = Election{Type: ElectPreferred, Revision: 13}
+			v.States[tp0()] = PartitionState{Leader: 2, LeaderEpoch: 5, ISR: []int32{2, 3, 1}, Revision: 12}
+		}, "isr-dead-replica: leader=2 epoch=5 isr=[2 1] pepoch=1 expect=12\n"},
+		{"a leader election that elects the preferred replica answers a preferred election", func(v *View) {
+			delete(v.Alive, 2)
+			v.Elections[tp0()] = Election{Type: ElectPreferred, Revision: 13}
+			v.States[tp0()] = PartitionState{Leader: 2, LeaderEpoch: 5, ISR: []int32{2, 3, 1}, Revision: 12}
+		}, "leader-gone: leader=1 epoch=6 isr=[3 1] pepoch=1 expect=12 election=13\n"},
+		{"an unclean election of an offline partition takes the first live replica", func(v *View) {
+			delete(v.Alive, 1)
+			delete(v.Alive, 2)
+			v.Elections[tp0()] = Election{Type: ElectUnclean, Revision: 13}
+			v.States[tp0()] = PartitionState{Leader: NoLeader, LeaderEpoch: 5, ISR: []int32{1, 2}, PartitionEpoch: 2, Revision: 12}
+		}, "unclean-election: leader=3 epoch=6 isr=[3] pepoch=3 expect=12 election=13\n"},
+		{"an unclean election of a partition whose leader just died: a live ISR member first", func(v *View) {
+			delete(v.Alive, 1)
+			v.Elections[tp0()] = Election{Type: ElectUnclean, Revision: 13}
+			v.States[tp0()] = PartitionState{Leader: 1, LeaderEpoch: 5, ISR: []int32{1, 3}, Revision: 12}
+		}, "leader-gone: leader=3 epoch=6 isr=[3] pepoch=1 expect=12 election=13\n"},
+		{"an unclean election of a partition with a live leader: dropped", func(v *View) {
+			v.Elections[tp0()] = Election{Type: ElectUnclean, Revision: 13}
+			v.States[tp0()] = PartitionState{Leader: 2, LeaderEpoch: 5, ISR: []int32{2}, Revision: 12}
+		}, "election-not-done: drop election=13 expect=12\n"},
+		{"an unclean election with no live replica: dropped", func(v *View) {
+			v.Alive = map[int32]string{4: ""}
+			v.Elections[tp0()] = Election{Type: ElectUnclean, Revision: 13}
+			v.States[tp0()] = PartitionState{Leader: NoLeader, LeaderEpoch: 5, ISR: []int32{1}, Revision: 12}
+		}, "election-not-done: drop election=13 expect=12\n"},
+		{"without a request, an offline partition stays offline when unclean election is off", func(v *View) {
+			delete(v.Alive, 1)
+			delete(v.Alive, 2)
+			v.States[tp0()] = PartitionState{Leader: NoLeader, LeaderEpoch: 5, ISR: []int32{1, 2}, Revision: 12}
+		}, ""},
 		{"a new partition: its first live replica leads, the live ones in sync", func(v *View) {
 			delete(v.Alive, 1)
 		}, "new-partition: leader=2 epoch=0 isr=[2 3] pepoch=0 expect=0\n"},

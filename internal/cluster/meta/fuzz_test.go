@@ -70,7 +70,12 @@ func FuzzDecodePartitionState(f *testing.F) {
 }
 
 func FuzzDecodeReassignment(f *testing.F) {
-	fuzzDecode(f, meta.DecodeReassignment, `{"version":1,"target":[3,4],"adding":[4],"removing":[1]}`)
+	fuzzDecode(f, meta.DecodeReassignment, `{"version":1,"target":[3,4],"adding":[4],"removing":[1]}`,
+		`{"version":1,"target":[1,2],"removing":[3],"revert":true}`)
+}
+
+func FuzzDecodeElection(f *testing.F) {
+	fuzzDecode(f, meta.DecodeElection, `{"version":1,"type":"preferred"}`, `{"version":1,"type":"unclean"}`)
 }
 
 func FuzzDecodeControlledShutdown(f *testing.F) {
@@ -83,7 +88,7 @@ func FuzzParseKey(f *testing.F) {
 	k := meta.NewKeys("/g/")
 	id, _ := meta.ParseID("0123456789abcdef0123456789abcdef")
 	for _, s := range []string{k.Node(1), k.Controller(), k.ControllerEpoch(), k.Topic("t"), k.Partition(id, 3),
-		k.Reassignment(id, 0), k.ControlledShutdown(2), "/g/nodes/01", "/g/x"} {
+		k.Reassignment(id, 0), k.Election(id, 1), k.ControlledShutdown(2), "/g/nodes/01", "/g/x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
@@ -108,6 +113,8 @@ func FuzzParseKey(f *testing.F) {
 			built = k.Partition(p.TopicID, p.Partition)
 		case meta.KindReassignment:
 			built = k.Reassignment(p.TopicID, p.Partition)
+		case meta.KindElection:
+			built = k.Election(p.TopicID, p.Partition)
 		case meta.KindControlledShutdown:
 			built = k.ControlledShutdown(p.Node)
 		default:

@@ -73,6 +73,15 @@ func (k Keys) Reassignment(topic ID, partition int32) string {
 // ReassignmentsPrefix is the prefix of every Reassignment key.
 func (k Keys) ReassignmentsPrefix() string { return k.prefix + "reassignments/" }
 
+// Election is elections/<topic id>/<partition>, holding an Election: a
+// leader election an ElectLeaders request asked the controller for.
+func (k Keys) Election(topic ID, partition int32) string {
+	return k.ElectionsPrefix() + topic.String() + "/" + itoa(partition)
+}
+
+// ElectionsPrefix is the prefix of every Election key.
+func (k Keys) ElectionsPrefix() string { return k.prefix + "elections/" }
+
 // ControlledShutdown is controlled_shutdown/<id>, holding a
 // ControlledShutdown.
 func (k Keys) ControlledShutdown(id int32) string {
@@ -96,6 +105,7 @@ const (
 	KindReassignment
 	KindControlledShutdown
 	KindProducerIDs
+	KindElection
 )
 
 func (k KeyKind) String() string {
@@ -116,6 +126,8 @@ func (k KeyKind) String() string {
 		return "controlled_shutdown"
 	case KindProducerIDs:
 		return "producer_ids"
+	case KindElection:
+		return "election"
 	}
 	return fmt.Sprintf("KeyKind(%d)", int(k))
 }
@@ -127,7 +139,8 @@ type Key struct {
 	Node int32
 	// Topic for KindTopic.
 	Topic string
-	// TopicID and Partition for KindPartition and KindReassignment.
+	// TopicID and Partition for KindPartition, KindReassignment and
+	// KindElection.
 	TopicID   ID
 	Partition int32
 }
@@ -171,7 +184,7 @@ func (k Keys) Parse(key string) (Key, error) {
 			return fail(err.Error())
 		}
 		return Key{Kind: KindTopic, Topic: name}, nil
-	case "partitions", "reassignments":
+	case "partitions", "reassignments", "elections":
 		idText, pText, ok := strings.Cut(name, "/")
 		if !ok {
 			return fail("want <topic id>/<partition>")
@@ -188,8 +201,11 @@ func (k Keys) Parse(key string) (Key, error) {
 			return fail(err.Error())
 		}
 		kind := KindPartition
-		if family == "reassignments" {
+		switch family {
+		case "reassignments":
 			kind = KindReassignment
+		case "elections":
+			kind = KindElection
 		}
 		return Key{Kind: kind, TopicID: id, Partition: p}, nil
 	}

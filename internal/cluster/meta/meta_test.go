@@ -45,6 +45,10 @@ func TestEncodeGolden(t *testing.T) {
 			`{"version":1,"target":[3,4],"adding":[4],"removing":[1]}`},
 		{meta.ControlledShutdown{NodeID: 3, Incarnation: incarnation},
 			`{"version":1,"node_id":3,"incarnation":"00000000000000000000000000000001"}`},
+		{meta.Reassignment{Target: []int32{1, 2}, Removing: []int32{3}, Revert: true},
+			`{"version":1,"target":[1,2],"removing":[3],"revert":true}`},
+		{meta.Election{Type: meta.ElectPreferred}, `{"version":1,"type":"preferred"}`},
+		{meta.Election{Type: meta.ElectUnclean}, `{"version":1,"type":"unclean"}`},
 	} {
 		got, err := c.v.Encode()
 		if err != nil {
@@ -66,6 +70,7 @@ func TestDecode(t *testing.T) {
 	part := func(k string, b []byte) (any, error) { return meta.DecodePartitionState(k, b) }
 	reas := func(k string, b []byte) (any, error) { return meta.DecodeReassignment(k, b) }
 	shut := func(k string, b []byte) (any, error) { return meta.DecodeControlledShutdown(k, b) }
+	elect := func(k string, b []byte) (any, error) { return meta.DecodeElection(k, b) }
 	const inc = `"00000000000000000000000000000001"`
 	const tid = `"0123456789abcdef0123456789abcdef"`
 
@@ -120,6 +125,14 @@ func TestDecode(t *testing.T) {
 		{"adding outside target", reas, `{"version":1,"target":[4,5],"adding":[6]}`, nil, "adding 6"},
 		{"removing a target", reas, `{"version":1,"target":[4,5],"removing":[4]}`, nil, "removing 4"},
 		{"no target", reas, `{"version":1,"target":[]}`, nil, "no target"},
+		{"revert", reas, `{"version":1,"target":[1,2],"removing":[3],"revert":true}`,
+			meta.Reassignment{Target: []int32{1, 2}, Removing: []int32{3}, Revert: true}, ""},
+		{"a revert that adds", reas, `{"version":1,"target":[1,2],"adding":[2],"revert":true}`, nil, "adds no replica"},
+		{"preferred election", elect, `{"version":1,"type":"preferred"}`, meta.Election{Type: meta.ElectPreferred}, ""},
+		{"unclean election", elect, `{"version":1,"type":"unclean"}`, meta.Election{Type: meta.ElectUnclean}, ""},
+		{"election type unknown", elect, `{"version":1,"type":"clean"}`, nil, "election type"},
+		{"election type missing", elect, `{"version":1}`, nil, "election type"},
+		{"election type as a number", elect, `{"version":1,"type":0}`, nil, "cannot unmarshal"},
 		{"shutdown", shut, `{"version":1,"node_id":2,"incarnation":` + inc + `}`, meta.ControlledShutdown{NodeID: 2, Incarnation: incarnation}, ""},
 		{"shutdown without incarnation", shut, `{"version":1,"node_id":2}`, nil, "no incarnation"},
 	} {
@@ -151,6 +164,9 @@ func TestEncodeRefusesInvalid(t *testing.T) {
 		meta.Topic{Name: "t", ID: topicID},
 		meta.PartitionState{Leader: 1, ISR: []int32{2}},
 		meta.Reassignment{},
+		meta.Reassignment{Target: []int32{1}, Adding: []int32{1}, Revert: true},
+		meta.Election{},
+		meta.Election{Type: "PREFERRED"},
 		meta.ControlledShutdown{NodeID: 1},
 	} {
 		if b, err := v.Encode(); err == nil || !errors.Is(err, meta.ErrInvalid) {
@@ -178,6 +194,8 @@ func TestKeys(t *testing.T) {
 			meta.Key{Kind: meta.KindPartition, TopicID: topicID, Partition: 7}},
 		{k.Reassignment(topicID, 0), "/groupd/prod/reassignments/0123456789abcdef0123456789abcdef/0",
 			meta.Key{Kind: meta.KindReassignment, TopicID: topicID, Partition: 0}},
+		{k.Election(topicID, 2), "/groupd/prod/elections/0123456789abcdef0123456789abcdef/2",
+			meta.Key{Kind: meta.KindElection, TopicID: topicID, Partition: 2}},
 		{k.ControlledShutdown(3), "/groupd/prod/controlled_shutdown/3", meta.Key{Kind: meta.KindControlledShutdown, Node: 3}},
 	} {
 		if c.key != c.want {
@@ -194,6 +212,7 @@ func TestKeys(t *testing.T) {
 		{k.PartitionsPrefix(), k.Partition(topicID, 1)},
 		{k.TopicPartitionsPrefix(topicID), k.Partition(topicID, 1)},
 		{k.ReassignmentsPrefix(), k.Reassignment(topicID, 1)},
+		{k.ElectionsPrefix(), k.Election(topicID, 1)},
 		{k.ControlledShutdownsPrefix(), k.ControlledShutdown(1)},
 	} {
 		if !strings.HasPrefix(p.key, p.prefix) || !strings.HasSuffix(p.prefix, "/") {
@@ -217,6 +236,9 @@ func TestKeys(t *testing.T) {
 		"/groupd/prod/partitions/00000000000000000000000000000000/1",
 		"/groupd/prod/partitions/0123456789abcdef0123456789abcdef/1/2",
 		"/groupd/prod/reassignments/0123456789abcdef0123456789abcdef/x",
+		"/groupd/prod/elections/0123456789abcdef0123456789abcdef/01",
+		"/groupd/prod/elections/00000000000000000000000000000000/1",
+		"/groupd/prod/elections/0123456789abcdef0123456789abcdef",
 		"/groupd/prod/acls/1",
 	} {
 		if got, err := k.Parse(bad); err == nil || !errors.Is(err, meta.ErrInvalid) || !strings.Contains(err.Error(), bad) {

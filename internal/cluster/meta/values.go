@@ -73,11 +73,39 @@ type PartitionState struct {
 
 // Reassignment is the value of reassignments/<topic id>/<partition>: a
 // partition moving to Target, adding the replicas in Adding and then
-// dropping those in Removing.
+// dropping those in Removing (both relative to the partition's replicas
+// before the reassignment, its original replicas).
+//
+// A Revert is a cancelled reassignment whose added replicas are already
+// in the partition's assignment: Target is then the original replicas,
+// Removing the added ones, and the controller gives the partition back
+// its original replicas at once, without waiting for them to be in sync
+// (as Kafka reverts a cancelled reassignment).
 type Reassignment struct {
 	Target   []int32 `json:"target"`
 	Adding   []int32 `json:"adding,omitempty"`
 	Removing []int32 `json:"removing,omitempty"`
+	Revert   bool    `json:"revert,omitempty"`
+}
+
+// ElectionType is the kind of leader election an Election asks for.
+type ElectionType string
+
+// The election types, as ElectLeaders names them (0 and 1 on the wire).
+const (
+	// ElectPreferred gives leadership to the partition's preferred
+	// replica (the first of its assignment) if it is alive and in sync.
+	ElectPreferred ElectionType = "preferred"
+	// ElectUnclean gives a partition with no live leader a leader,
+	// outside the ISR if no ISR member is alive.
+	ElectUnclean ElectionType = "unclean"
+)
+
+// Election is the value of elections/<topic id>/<partition>: an election
+// asked of the controller, which deletes the key when it has elected, or
+// has found that it cannot.
+type Election struct {
+	Type ElectionType `json:"type"`
 }
 
 // ControlledShutdown is the value of controlled_shutdown/<id>: the node
@@ -106,6 +134,9 @@ func (v PartitionState) Encode() ([]byte, error) { return encode("partition stat
 
 // Encode: see NodeInfo.Encode.
 func (v Reassignment) Encode() ([]byte, error) { return encode("reassignment", v) }
+
+// Encode: see NodeInfo.Encode.
+func (v Election) Encode() ([]byte, error) { return encode("election", v) }
 
 // Encode: see NodeInfo.Encode.
 func (v ControlledShutdown) Encode() ([]byte, error) { return encode("controlled shutdown", v) }
@@ -157,6 +188,9 @@ func DecodePartitionState(key string, data []byte) (PartitionState, error) {
 func DecodeReassignment(key string, data []byte) (Reassignment, error) {
 	return decode[Reassignment](key, data)
 }
+
+// DecodeElection: see DecodeNodeInfo.
+func DecodeElection(key string, data []byte) (Election, error) { return decode[Election](key, data) }
 
 // DecodeControlledShutdown: see DecodeNodeInfo.
 func DecodeControlledShutdown(key string, data []byte) (ControlledShutdown, error) {
@@ -262,7 +296,18 @@ func (v Reassignment) validate() error {
 			return fmt.Errorf("removing %d, which is a target", n)
 		}
 	}
+	if v.Revert && len(v.Adding) > 0 {
+		return errors.New("a revert adds no replica")
+	}
 	return nil
+}
+
+func (v Election) validate() error {
+	switch v.Type {
+	case ElectPreferred, ElectUnclean:
+		return nil
+	}
+	return fmt.Errorf("election type %q", v.Type)
 }
 
 func (v ControlledShutdown) validate() error {

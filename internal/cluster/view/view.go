@@ -1,7 +1,8 @@
 // Package view keeps a node's picture of the cluster as etcd holds it: the
 // live nodes, the controller, the topics and their assignments, every
 // partition's leadership with the revision it was written at, the
-// reassignments under way and the nodes shutting down. A node builds it
+// reassignments under way, the leader elections asked for and the nodes
+// shutting down. A node builds it
 // from one listing of the cluster's prefix and then applies the watch's
 // changes, in revision order, so that it is always the cluster as of one
 // revision.
@@ -49,6 +50,20 @@ type Topic struct {
 	Revision int64
 }
 
+// Reassignment is a reassignment's value and its revision, which the
+// controller's writes that carry it on compare.
+type Reassignment struct {
+	meta.Reassignment
+	Revision int64
+}
+
+// Election is an election asked for and its revision, which the
+// controller's write that answers it compares.
+type Election struct {
+	meta.Election
+	Revision int64
+}
+
 // View is the cluster as of Revision.
 type View struct {
 	Revision int64
@@ -65,7 +80,8 @@ type View struct {
 	Topics                  map[string]Topic // by name
 	ByID                    map[meta.ID]string
 	States                  map[TP]State
-	Reassignments           map[TP]meta.Reassignment
+	Reassignments           map[TP]Reassignment
+	Elections               map[TP]Election
 	Shutdowns               map[int32]meta.ControlledShutdown
 }
 
@@ -77,7 +93,8 @@ func Empty() *View {
 		Topics:        map[string]Topic{},
 		ByID:          map[meta.ID]string{},
 		States:        map[TP]State{},
-		Reassignments: map[TP]meta.Reassignment{},
+		Reassignments: map[TP]Reassignment{},
+		Elections:     map[TP]Election{},
 		Shutdowns:     map[int32]meta.ControlledShutdown{},
 	}
 }
@@ -120,6 +137,7 @@ func (v *View) clone() *View {
 	n.ByID = maps.Clone(v.ByID)
 	n.States = maps.Clone(v.States)
 	n.Reassignments = maps.Clone(v.Reassignments)
+	n.Elections = maps.Clone(v.Elections)
 	n.Shutdowns = maps.Clone(v.Shutdowns)
 	return &n
 }
@@ -176,7 +194,13 @@ func (v *View) put(keys meta.Keys, kvv kv.Value) error {
 		if err != nil {
 			return err
 		}
-		v.Reassignments[TP{k.TopicID, k.Partition}] = r
+		v.Reassignments[TP{k.TopicID, k.Partition}] = Reassignment{Reassignment: r, Revision: kvv.ModRevision}
+	case meta.KindElection:
+		e, err := meta.DecodeElection(kvv.Key, kvv.Data)
+		if err != nil {
+			return err
+		}
+		v.Elections[TP{k.TopicID, k.Partition}] = Election{Election: e, Revision: kvv.ModRevision}
 	case meta.KindControlledShutdown:
 		s, err := meta.DecodeControlledShutdown(kvv.Key, kvv.Data)
 		if err != nil {
@@ -209,6 +233,8 @@ func (v *View) delete(keys meta.Keys, key string) error {
 		delete(v.States, TP{k.TopicID, k.Partition})
 	case meta.KindReassignment:
 		delete(v.Reassignments, TP{k.TopicID, k.Partition})
+	case meta.KindElection:
+		delete(v.Elections, TP{k.TopicID, k.Partition})
 	case meta.KindControlledShutdown:
 		delete(v.Shutdowns, k.Node)
 	}

@@ -63,3 +63,46 @@ func TestListingThenWatch(t *testing.T) {
 		t.Fatal("a node value under another node's key was taken")
 	}
 }
+
+// Elections and reassignments come with the revision they were written
+// at, which the controller's writes compare, and go when deleted.
+func TestElectionsAndReassignments(t *testing.T) {
+	keys := meta.NewKeys("/groupd/test/")
+	tid := meta.ID{7}
+	v, err := FromListing(keys, []kv.Value{
+		{Key: keys.Election(tid, 1), Data: must(meta.Election{Type: meta.ElectPreferred}.Encode()), ModRevision: 4},
+		{Key: keys.Reassignment(tid, 0), Data: must(meta.Reassignment{Target: []int32{2, 3}, Adding: []int32{3}, Removing: []int32{1}}.Encode()), ModRevision: 5},
+	}, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := v.Elections[TP{tid, 1}]; e.Type != meta.ElectPreferred || e.Revision != 4 {
+		t.Fatalf("election: %+v", e)
+	}
+	if r := v.Reassignments[TP{tid, 0}]; r.Revision != 5 || len(r.Target) != 2 || r.Adding[0] != 3 {
+		t.Fatalf("reassignment: %+v", r)
+	}
+	w, err := v.Apply(keys, kv.WatchEvent{Revision: 6, Changes: []kv.Change{
+		{Type: kv.ChangeDelete, Value: kv.Value{Key: keys.Election(tid, 1), ModRevision: 6}},
+		{Type: kv.ChangePut, Value: kv.Value{Key: keys.Election(tid, 0), Data: must(meta.Election{Type: meta.ElectUnclean}.Encode()), ModRevision: 6}},
+		{Type: kv.ChangeDelete, Value: kv.Value{Key: keys.Reassignment(tid, 0), ModRevision: 6}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := w.Elections[TP{tid, 1}]; ok {
+		t.Fatal("a deleted election stays")
+	}
+	if e := w.Elections[TP{tid, 0}]; e.Type != meta.ElectUnclean || e.Revision != 6 {
+		t.Fatalf("election put by the watch: %+v", e)
+	}
+	if len(w.Reassignments) != 0 || len(v.Reassignments) != 1 || len(v.Elections) != 1 {
+		t.Fatalf("after: %v %v; before: %v %v", w.Reassignments, w.Elections, v.Reassignments, v.Elections)
+	}
+	_, err = w.Apply(keys, kv.WatchEvent{Revision: 7, Changes: []kv.Change{
+		{Type: kv.ChangePut, Value: kv.Value{Key: keys.Election(tid, 2), Data: []byte(`{"version":1,"type":"sideways"}`), ModRevision: 7}},
+	}})
+	if err == nil || !strings.Contains(err.Error(), keys.Election(tid, 2)) {
+		t.Fatalf("an undecodable election: %v", err)
+	}
+}

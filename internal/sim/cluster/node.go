@@ -545,11 +545,6 @@ func (p *proc) decide(v *view.View, mine int64, epoch int32, due bool, done func
 		tp := view.TP{Topic: meta.ID(wr.TP.Topic), Partition: wr.TP.Partition}
 		st := meta.PartitionState{Leader: wr.State.Leader, LeaderEpoch: wr.State.LeaderEpoch, ISR: wr.State.ISR,
 			PartitionEpoch: wr.State.PartitionEpoch, ControllerEpoch: epoch}
-		data, err := st.Encode()
-		if err != nil {
-			w.fail("sim", fmt.Sprintf("a controller decision does not encode: %v (%s)", err, wr.Reason))
-			return
-		}
 		t, ok := v.TopicByID(tp.Topic)
 		if !ok {
 			next(i + 1)
@@ -558,9 +553,22 @@ func (p *proc) decide(v *view.View, mine int64, epoch int32, due bool, done func
 		key := w.keys.Partition(tp.Topic, tp.Partition)
 		conds := []kv.Cond{kv.CreateRevisionIs(w.keys.Controller(), mine), kv.ModRevisionIs(key, wr.ExpectRevision),
 			kv.ModRevisionIs(w.keys.Topic(t.Name), t.Revision)}
-		conds = append(conds, v.RegistrationConds(w.keys, -1, 0, st.Leader, st.ISR)...)
-		ops := []kv.Op{kv.Put(key, data, 0)}
-		if wr.Replicas != nil {
+		var ops []kv.Op
+		if wr.ElectionRevision != 0 {
+			ekey := w.keys.Election(tp.Topic, tp.Partition)
+			conds = append(conds, kv.ModRevisionIs(ekey, wr.ElectionRevision))
+			ops = append(ops, kv.Delete(ekey))
+		}
+		if !wr.DropElection {
+			data, err := st.Encode()
+			if err != nil {
+				w.fail("sim", fmt.Sprintf("a controller decision does not encode: %v (%s)", err, wr.Reason))
+				return
+			}
+			conds = append(conds, v.RegistrationConds(w.keys, -1, 0, st.Leader, st.ISR)...)
+			ops = append(ops, kv.Put(key, data, 0))
+		}
+		if wr.Replicas != nil || wr.ReassignRevision != 0 {
 			w.fail("sim", "a reassignment decision, which the simulation never asks for")
 			return
 		}
@@ -591,6 +599,7 @@ func controllerView(v *view.View, autoRebalance, due bool) controller.View {
 		ShuttingDown:        map[int32]bool{},
 		States:              map[controller.TP]controller.PartitionState{},
 		Reassign:            map[controller.TP]controller.Reassignment{},
+		Elections:           map[controller.TP]controller.Election{},
 		AutoLeaderRebalance: autoRebalance,
 		RebalanceDue:        due,
 	}
@@ -613,7 +622,15 @@ func controllerView(v *view.View, autoRebalance, due bool) controller.View {
 			Leader: s.Leader, LeaderEpoch: s.LeaderEpoch, ISR: s.ISR, PartitionEpoch: s.PartitionEpoch, Revision: s.Revision}
 	}
 	for tp, r := range v.Reassignments {
-		cv.Reassign[controller.TP{Topic: controller.TopicID(tp.Topic), Partition: tp.Partition}] = controller.Reassignment{Target: r.Target}
+		cv.Reassign[controller.TP{Topic: controller.TopicID(tp.Topic), Partition: tp.Partition}] = controller.Reassignment{
+			Target: r.Target, Revert: r.Revert, Revision: r.Revision}
+	}
+	for tp, e := range v.Elections {
+		typ := controller.ElectPreferred
+		if e.Type == meta.ElectUnclean {
+			typ = controller.ElectUnclean
+		}
+		cv.Elections[controller.TP{Topic: controller.TopicID(tp.Topic), Partition: tp.Partition}] = controller.Election{Type: typ, Revision: e.Revision}
 	}
 	return cv
 }
