@@ -40,7 +40,7 @@ func startClusterNode(t *testing.T, n *clusterProc, etcd, prefix string) {
 	n.p = startGroupd(t, n.dir, n.addr, append([]string{
 		"--node-id", strconv.Itoa(int(n.id)),
 		"--etcd-endpoints", etcd, "--etcd-prefix", prefix,
-		"--node-session-timeout", "2s",
+		"--node-session-timeout", clusterSessionTimeout.String(),
 		"--default-replication-factor", "3", "--min-insync-replicas", "2",
 		"--replica-lag-time-max", "5s",
 		// A kill -9 leaves the page cache: what the process wrote
@@ -58,6 +58,7 @@ type binaryCluster struct {
 	prefix string
 	nodes  []*clusterProc
 	seeds  []string
+	admCl  *kgo.Client
 	adm    *kadm.Client
 
 	net *clusterNet // nil unless withFaultProxies
@@ -80,6 +81,8 @@ type binaryCluster struct {
 const (
 	clusterTopic      = "replicated"
 	clusterPartitions = 3
+	// clusterSessionTimeout is the nodes' session, their lease's TTL.
+	clusterSessionTimeout = 2 * time.Second
 )
 
 // clusterOption changes how startBinaryCluster sets the cluster up.
@@ -106,7 +109,7 @@ func startBinaryCluster(t *testing.T, ctx context.Context, opts ...clusterOption
 		t.Fatal(err)
 	}
 	t.Cleanup(admCl.Close)
-	c.adm = kadm.NewClient(admCl)
+	c.admCl, c.adm = admCl, kadm.NewClient(admCl)
 	waitUntil(t, ctx, func() error {
 		ids, _, err := liveBrokers(ctx, admCl)
 		if err != nil {
