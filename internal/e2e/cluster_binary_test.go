@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,21 +20,32 @@ type clusterProc struct {
 	id   int32
 	dir  string
 	addr string
-	p    *groupdProc
+	// etcd, if set, is the etcd endpoint of this node alone (a proxy in
+	// front of the cluster's etcd), and advertise the address it tells
+	// clients and peers (a proxy in front of addr).
+	etcd, advertise string
+	p               *groupdProc
 }
 
 // startClusterNode runs the binary as node id of the cluster at etcd.
 func startClusterNode(t *testing.T, n *clusterProc, etcd, prefix string) {
 	t.Helper()
-	n.p = startGroupd(t, n.dir, n.addr,
+	if n.etcd != "" {
+		etcd = n.etcd
+	}
+	var advertise []string
+	if n.advertise != "" {
+		advertise = []string{"--advertise", n.advertise}
+	}
+	n.p = startGroupd(t, n.dir, n.addr, append([]string{
 		"--node-id", strconv.Itoa(int(n.id)),
 		"--etcd-endpoints", etcd, "--etcd-prefix", prefix,
-		"--node-session-timeout", "2s",
+		"--node-session-timeout", clusterSessionTimeout.String(),
 		"--default-replication-factor", "3", "--min-insync-replicas", "2",
 		"--replica-lag-time-max", "5s",
 		// A kill -9 leaves the page cache: what the process wrote
 		// survives it without an fsync.
-		"--fsync", "never")
+		"--fsync", "never"}, advertise...)...)
 }
 
 // binaryCluster is three groupd processes over an embedded etcd, a topic
@@ -46,11 +58,21 @@ type binaryCluster struct {
 	prefix string
 	nodes  []*clusterProc
 	seeds  []string
+	admCl  *kgo.Client
 	adm    *kadm.Client
 
-	prod          *kgo.Client
-	mu            sync.Mutex
-	acked         [clusterPartitions]map[int]time.Time // when each record was acknowledged
+	net *clusterNet // nil unless withFaultProxies
+
+	prod  *kgo.Client
+	mu    sync.Mutex
+	acked [clusterPartitions]map[int]time.Time // when each record was acknowledged
+	// handed is when each acknowledged record was handed to the
+	// producer.
+	handed [clusterPartitions]map[int]time.Time
+	// pinAcked holds the records that producers other than the main one
+	// had acknowledged ("pin-N", see pinnedProducer.produce), by partition.
+	pinAcked      [clusterPartitions]map[string]bool
+	pins          int // the last pinned record's N
 	failed        int
 	stopProducing chan struct{}
 	produced      chan [clusterPartitions]int
@@ -59,16 +81,26 @@ type binaryCluster struct {
 const (
 	clusterTopic      = "replicated"
 	clusterPartitions = 3
+	// clusterSessionTimeout is the nodes' session, their lease's TTL.
+	clusterSessionTimeout = 2 * time.Second
 )
+
+// clusterOption changes how startBinaryCluster sets the cluster up.
+type clusterOption func(*binaryCluster)
 
 // startBinaryCluster starts the nodes, creates the topic and starts
 // producing.
-func startBinaryCluster(t *testing.T, ctx context.Context) *binaryCluster {
+func startBinaryCluster(t *testing.T, ctx context.Context, opts ...clusterOption) *binaryCluster {
 	c := &binaryCluster{t: t, ctx: ctx, etcd: startEtcd(t), prefix: "/groupd/" + t.Name(),
 		stopProducing: make(chan struct{}), produced: make(chan [clusterPartitions]int, 1)}
 	c.nodes = make([]*clusterProc, 3)
 	for i := range c.nodes {
 		c.nodes[i] = &clusterProc{id: int32(i + 1), dir: t.TempDir(), addr: freeAddr(t)}
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	for i := range c.nodes {
 		startClusterNode(t, c.nodes[i], c.etcd, c.prefix)
 		c.seeds = append(c.seeds, c.nodes[i].addr)
 	}
@@ -77,7 +109,7 @@ func startBinaryCluster(t *testing.T, ctx context.Context) *binaryCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(admCl.Close)
-	c.adm = kadm.NewClient(admCl)
+	c.admCl, c.adm = admCl, kadm.NewClient(admCl)
 	waitUntil(t, ctx, func() error {
 		ids, _, err := liveBrokers(ctx, admCl)
 		if err != nil {
@@ -100,7 +132,7 @@ func startBinaryCluster(t *testing.T, ctx context.Context) *binaryCluster {
 		t.Fatal(err)
 	}
 	for p := range c.acked {
-		c.acked[p] = map[int]time.Time{}
+		c.acked[p], c.handed[p], c.pinAcked[p] = map[int]time.Time{}, map[int]time.Time{}, map[string]bool{}
 	}
 	go func() {
 		var next [clusterPartitions]int
@@ -115,6 +147,7 @@ func startBinaryCluster(t *testing.T, ctx context.Context) *binaryCluster {
 			seq := next[p]
 			next[p]++
 			r := &kgo.Record{Partition: p, Value: fmt.Appendf(nil, "%d", seq)}
+			handed := time.Now()
 			c.prod.Produce(ctx, r, func(r *kgo.Record, err error) {
 				c.mu.Lock()
 				defer c.mu.Unlock()
@@ -123,6 +156,7 @@ func startBinaryCluster(t *testing.T, ctx context.Context) *binaryCluster {
 					return
 				}
 				c.acked[r.Partition][seq] = time.Now()
+				c.handed[r.Partition][seq] = handed
 			})
 			if i%50 == 0 {
 				time.Sleep(5 * time.Millisecond)
@@ -214,7 +248,26 @@ func (c *binaryCluster) finish() {
 		got := readUntilHW(t, c.ctx, c.seeds, clusterTopic, p)
 		seen := map[int]bool{}
 		last := -1
+		pins := map[string]bool{}
+		lastPin := -1
 		for off, v := range got {
+			if pin, ok := strings.CutPrefix(v, "pin-"); ok {
+				// A pinned producer's records: each sent once,
+				// and each acknowledged one before the next was
+				// sent.
+				n, err := strconv.Atoi(pin)
+				if err != nil || pins[v] {
+					t.Fatalf("partition %d offset %d: %q read twice, or not a pinned record", p, off, v)
+				}
+				if c.pinAcked[p][v] {
+					if n < lastPin {
+						t.Fatalf("partition %d offset %d: acknowledged %s after acknowledged pin-%d", p, off, v, lastPin)
+					}
+					lastPin = n
+				}
+				pins[v] = true
+				continue
+			}
 			seq, err := strconv.Atoi(v)
 			if err != nil {
 				t.Fatalf("partition %d offset %d: %q", p, off, v)
@@ -232,7 +285,13 @@ func (c *binaryCluster) finish() {
 				t.Fatalf("partition %d: acknowledged record %d was not read back (%d records read, %d acknowledged)", p, seq, len(got), want)
 			}
 		}
-		t.Logf("partition %d: %d acknowledged, %d read, in order, none twice", p, want, len(got))
+		for v := range c.pinAcked[p] {
+			if !pins[v] {
+				t.Fatalf("partition %d: acknowledged record %s of a pinned producer was not read back", p, v)
+			}
+		}
+		t.Logf("partition %d: %d acknowledged, %d read, in order, none twice; %d of a pinned producer acknowledged, all read back",
+			p, want, len(got), len(c.pinAcked[p]))
 	}
 }
 
