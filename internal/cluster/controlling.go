@@ -128,7 +128,7 @@ func (n *Node) campaign(v *view.View, lease kv.LeaseID) (int64, int32) {
 // partition's state being the one decided on. It reports whether the
 // decisions were taken (a preferred-leader check that was due is done).
 func (n *Node) decide(v *view.View, mine int64, epoch int32, due bool) bool {
-	cv := controllerView(v, n.cfg.AutoLeaderRebalance, due)
+	cv := v.ControllerView(n.cfg.AutoLeaderRebalance, due)
 	for _, w := range controller.Decide(cv) {
 		tp := view.TP{Topic: meta.ID(w.TP.Topic), Partition: w.TP.Partition}
 		t, ok := v.TopicByID(tp.Topic)
@@ -207,49 +207,4 @@ func decisionTxn(keys meta.Keys, v *view.View, t view.Topic, mine int64, epoch i
 		}
 	}
 	return conds, ops, nil
-}
-
-// controllerView is the controller's view of v.
-func controllerView(v *view.View, autoRebalance, due bool) controller.View {
-	cv := controller.View{
-		Alive:               map[int32]string{},
-		Registered:          map[int32]int64{},
-		EmptyDisk:           map[int32]bool{},
-		ShuttingDown:        map[int32]bool{},
-		States:              map[controller.TP]controller.PartitionState{},
-		Reassign:            map[controller.TP]controller.Reassignment{},
-		Elections:           map[controller.TP]controller.Election{},
-		AutoLeaderRebalance: autoRebalance,
-		RebalanceDue:        due,
-	}
-	for id, ni := range v.Nodes {
-		cv.Alive[id] = ni.Rack
-		cv.Registered[id] = v.Registration(id)
-		cv.EmptyDisk[id] = ni.EmptyDisk
-	}
-	for id, s := range v.Shutdowns {
-		if ni, ok := v.Nodes[id]; ok && ni.Incarnation == s.Incarnation {
-			cv.ShuttingDown[id] = true
-		}
-	}
-	for _, t := range v.Topics {
-		cv.Topics = append(cv.Topics, controller.Topic{ID: controller.TopicID(t.ID), Name: t.Name, Replicas: t.Partitions,
-			UncleanLeaderElection: t.Configs["unclean.leader.election.enable"] == "true"})
-	}
-	for tp, s := range v.States {
-		cv.States[controller.TP{Topic: controller.TopicID(tp.Topic), Partition: tp.Partition}] = controller.PartitionState{
-			Leader: s.Leader, LeaderEpoch: s.LeaderEpoch, ISR: s.ISR, PartitionEpoch: s.PartitionEpoch, Revision: s.Revision}
-	}
-	for tp, r := range v.Reassignments {
-		cv.Reassign[controller.TP{Topic: controller.TopicID(tp.Topic), Partition: tp.Partition}] = controller.Reassignment{
-			Target: r.Target, Revert: r.Revert, Revision: r.Revision}
-	}
-	for tp, e := range v.Elections {
-		typ := controller.ElectPreferred
-		if e.Type == meta.ElectUnclean {
-			typ = controller.ElectUnclean
-		}
-		cv.Elections[controller.TP{Topic: controller.TopicID(tp.Topic), Partition: tp.Partition}] = controller.Election{Type: typ, Revision: e.Revision}
-	}
-	return cv
 }
