@@ -15,64 +15,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/groupd/groupd/internal/app"
 	"github.com/groupd/groupd/internal/cli"
 )
 
-// adminCluster is three in-process nodes of one cluster and a client of
-// all three.
-type adminCluster struct {
-	etcd, prefix string
-	addrs, dirs  []string
-	nodes        []*app.App
-	cl           *kgo.Client
-	adm          *kadm.Client
-}
-
-func startAdminCluster(t *testing.T, ctx context.Context, opts ...kgo.Opt) *adminCluster {
-	t.Helper()
-	c := &adminCluster{etcd: startEtcd(t), prefix: "/groupd/" + t.Name()}
-	for i := range 3 {
-		c.addrs = append(c.addrs, freeAddr(t))
-		c.dirs = append(c.dirs, t.TempDir())
-		c.nodes = append(c.nodes, nil)
-		c.start(t, int32(i+1))
-	}
-	// kgo answers Metadata from its cache for MetadataMinAge (5s by
-	// default); the tests wait on changes Metadata shows.
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.addrs...), kgo.MetadataMinAge(50 * time.Millisecond)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	c.cl, c.adm = cl, kadm.NewClient(cl)
-	// Every node, not only the one asked, knows all three before a
-	// topic is placed over three: each one answers Metadata itself.
-	waitUntil(t, ctx, func() error {
-		for id := int32(1); id <= 3; id++ {
-			resp, err := cl.Broker(int(id)).Request(ctx, kmsg.NewPtrMetadataRequest())
-			if err != nil {
-				return err
-			}
-			md := resp.(*kmsg.MetadataResponse)
-			if len(md.Brokers) != 3 || md.ControllerID < 1 {
-				return fmt.Errorf("node %d: %d brokers, controller %d", id, len(md.Brokers), md.ControllerID)
-			}
-		}
-		return nil
-	})
-	return c
-}
-
-func (c *adminCluster) start(t *testing.T, id int32) {
-	c.nodes[id-1] = startServer(t, c.dirs[id-1], inCluster(c.etcd, c.prefix, id, c.addrs[id-1]))
-}
-
 // partition waits until check passes on partition p of topic as Metadata
 // shows it, and returns it.
-func (c *adminCluster) partition(t *testing.T, ctx context.Context, topic string, p int32, check func(kadm.PartitionDetail) error) kadm.PartitionDetail {
+func (c *localCluster) partition(t *testing.T, ctx context.Context, topic string, p int32, check func(kadm.PartitionDetail) error) kadm.PartitionDetail {
 	t.Helper()
 	var pd kadm.PartitionDetail
 	waitUntil(t, ctx, func() error {
@@ -105,7 +54,7 @@ func TestClusterReassignsAPartition(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	c := startAdminCluster(t, ctx, kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic("moving"),
+	c := startLocalCluster(t, ctx, nil, kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic("moving"),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RetryTimeout(30*time.Second))
 	if res, err := c.adm.CreateTopic(ctx, 1, 2, nil, "moving"); err != nil || res.Err != nil {
 		t.Fatalf("create topic: %v %v", err, res.Err)
@@ -270,7 +219,7 @@ func TestClusterElectsThePreferredLeader(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	c := startAdminCluster(t, ctx)
+	c := startLocalCluster(t, ctx, nil)
 	if res, err := c.adm.CreateTopic(ctx, 1, 3, nil, "elect"); err != nil || res.Err != nil {
 		t.Fatalf("create topic: %v %v", err, res.Err)
 	}
@@ -341,7 +290,7 @@ func TestClusterElectsThePreferredLeader(t *testing.T) {
 
 // runTopicsCLI runs `groupd topics args...` as the binary does, against
 // the cluster, and returns its output and exit status.
-func runTopicsCLI(c *adminCluster, args ...string) (stdout, stderr string, code int) {
+func runTopicsCLI(c *localCluster, args ...string) (stdout, stderr string, code int) {
 	root := &cobra.Command{Use: "groupd", SilenceUsage: true}
 	root.AddCommand(cli.TopicsCmd())
 	var out, errOut bytes.Buffer
@@ -366,7 +315,7 @@ func TestClusterCLIMovesPartitionsAndElectsLeaders(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	c := startAdminCluster(t, ctx)
+	c := startLocalCluster(t, ctx, nil)
 	must := func(args ...string) string {
 		t.Helper()
 		out, errOut, code := runTopicsCLI(c, args...)

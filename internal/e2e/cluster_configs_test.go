@@ -22,32 +22,11 @@ func TestClusterTopicConfigs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and three nodes")
 	}
-	etcd := startEtcd(t)
-	prefix := "/groupd/" + t.Name()
-	addrs := make([]string, 3)
-	for i := range addrs {
-		addrs[i] = freeAddr(t)
-		startServer(t, t.TempDir(), inCluster(etcd, prefix, int32(i+1), addrs[i]))
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.DefaultProduceTopic("configured"),
+	c := startLocalCluster(t, ctx, nil, kgo.DefaultProduceTopic("configured"),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RecordRetries(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	waitUntil(t, ctx, func() error {
-		ids, _, err := liveBrokers(ctx, cl)
-		if err != nil {
-			return err
-		}
-		if len(ids) != 3 {
-			return fmt.Errorf("brokers %v", ids)
-		}
-		return nil
-	})
+	addrs, cl, adm := c.addrs, c.cl, c.adm
 	if res, err := adm.CreateTopic(ctx, 1, 3, map[string]*string{"retention.ms": kadm.StringPtr("3600000")}, "configured"); err != nil || res.Err != nil {
 		t.Fatalf("create topic: %v %v", err, res.Err)
 	}

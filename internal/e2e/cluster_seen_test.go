@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/groupd/groupd/internal/app"
 	"github.com/groupd/groupd/internal/cli"
@@ -29,31 +28,10 @@ func TestClusterSeen(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and three nodes")
 	}
-	etcd := startEtcd(t)
-	prefix := "/groupd/" + t.Name()
-	addrs := make([]string, 3)
-	nodes := make([]*app.App, 3)
-	for i := range nodes {
-		addrs[i] = freeAddr(t)
-		nodes[i] = startServer(t, t.TempDir(), inCluster(etcd, prefix, int32(i+1), addrs[i]), withHTTP)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	waitUntil(t, ctx, func() error {
-		ids, controller, err := liveBrokers(ctx, cl)
-		if err != nil {
-			return err
-		}
-		if len(ids) != 3 || controller < 1 {
-			return fmt.Errorf("brokers %v, controller %d", ids, controller)
-		}
-		return nil
-	})
+	c := startLocalCluster(t, ctx, []func(*app.Config){withHTTP})
+	addrs, nodes, cl := c.addrs, c.nodes, c.cl
 	const topic = "seen"
 	if res, err := kadm.NewClient(cl).CreateTopic(ctx, 2, 3, nil, topic); err != nil || res.Err != nil {
 		t.Fatalf("create topic: %v %v", err, res.Err)

@@ -55,6 +55,59 @@ func inCluster(etcd, prefix string, id int32, listen string) func(*app.Config) {
 	}
 }
 
+// localCluster is three in-process nodes of one cluster over an embedded
+// etcd, and a client of all three.
+type localCluster struct {
+	etcd, prefix string
+	addrs, dirs  []string
+	nodes        []*app.App
+	nodeOpts     []func(*app.Config)
+	cl           *kgo.Client
+	adm          *kadm.Client
+}
+
+// startLocalCluster starts the nodes, each with nodeOpts besides its
+// cluster settings, and returns once every node knows all three and the
+// controller.
+func startLocalCluster(t *testing.T, ctx context.Context, nodeOpts []func(*app.Config), opts ...kgo.Opt) *localCluster {
+	t.Helper()
+	c := &localCluster{etcd: startEtcd(t), prefix: "/groupd/" + t.Name(), nodeOpts: nodeOpts}
+	for i := range 3 {
+		c.addrs = append(c.addrs, freeAddr(t))
+		c.dirs = append(c.dirs, t.TempDir())
+		c.nodes = append(c.nodes, nil)
+		c.start(t, int32(i+1))
+	}
+	// kgo answers Metadata from its cache for MetadataMinAge (5s by
+	// default); the tests wait on changes Metadata shows.
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.addrs...), kgo.MetadataMinAge(50 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	c.cl, c.adm = cl, kadm.NewClient(cl)
+	// Every node, not only the one asked, knows all three before a
+	// topic is placed over three: each one answers Metadata itself.
+	waitUntil(t, ctx, func() error {
+		for id := int32(1); id <= 3; id++ {
+			resp, err := cl.Broker(int(id)).Request(ctx, kmsg.NewPtrMetadataRequest())
+			if err != nil {
+				return err
+			}
+			md := resp.(*kmsg.MetadataResponse)
+			if len(md.Brokers) != 3 || md.ControllerID < 1 {
+				return fmt.Errorf("node %d: %d brokers, controller %d", id, len(md.Brokers), md.ControllerID)
+			}
+		}
+		return nil
+	})
+	return c
+}
+
+func (c *localCluster) start(t *testing.T, id int32) {
+	c.nodes[id-1] = startServer(t, c.dirs[id-1], append([]func(*app.Config){inCluster(c.etcd, c.prefix, id, c.addrs[id-1])}, c.nodeOpts...)...)
+}
+
 // TestClusterReplicatesAndFailsOver runs three nodes in the test process:
 // a topic with three replicas is created, acks=all records are produced,
 // the leader of its partition stops, and every acknowledged record is read
