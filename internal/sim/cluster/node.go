@@ -535,6 +535,13 @@ func (p *proc) decide(v *view.View, mine int64, epoch int32, due bool, done func
 	if w.opts.Bugs.UncleanElection {
 		writes = uncleanWrites(cv, writes)
 	}
+	if w.opts.Bugs.ReuseLeaderEpoch {
+		for i, wr := range writes {
+			if old, ok := cv.States[wr.TP]; ok && wr.State.Leader != old.Leader && wr.State.Leader != controller.NoLeader {
+				writes[i].State.LeaderEpoch = old.LeaderEpoch
+			}
+		}
+	}
 	var next func(i int)
 	next = func(i int) {
 		if i == len(writes) {

@@ -62,6 +62,9 @@ type Bugs struct {
 	// an empty disk, so that it elects one from the ISR it joined with the
 	// log it lost.
 	ElectEmptyDisk bool
+	// ReuseLeaderEpoch makes the controller give a partition a new leader
+	// at the leader epoch it had, so that two leaders share one epoch.
+	ReuseLeaderEpoch bool
 }
 
 // Failure is a checker violation (or a panic) in one run.
@@ -452,6 +455,7 @@ var bugSwitches = []struct {
 	{"SkipKIP207", func(b *Bugs) { b.SkipKIP207 = true }},
 	{"NoReregister", func(b *Bugs) { b.NoReregister = true }},
 	{"ElectEmptyDisk", func(b *Bugs) { b.ElectEmptyDisk = true }},
+	{"ReuseLeaderEpoch", func(b *Bugs) { b.ReuseLeaderEpoch = true }},
 }
 
 // BugByName returns the Bugs with the named switch on.

@@ -168,8 +168,9 @@ func TestBrokenRulesAreCaught(t *testing.T) {
 		{"SkipKIP207", 31, ckClientHW},
 		{"NoReregister", 3, ckLiveness},
 		{"ElectEmptyDisk", 8397, ckAckedLost},
+		{"ReuseLeaderEpoch", 2, ckAckEpoch},
 	} {
-		t.Run(c.bug, func(t *testing.T) {
+		t.Run(c.bug+"-"+c.check, func(t *testing.T) {
 			bugs, err := BugByName(c.bug)
 			if err != nil {
 				t.Fatal(err)
