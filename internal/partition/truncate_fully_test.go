@@ -168,3 +168,46 @@ func TestTruncateFullyCrash(t *testing.T) {
 		})
 	}
 }
+
+// TestAppendReplicatedInsideFirstBatch: a follower that restarted its log
+// at the leader's log start, which DeleteRecords put inside a batch,
+// fetches that batch: its empty log restarts at the batch's base and takes
+// it whole (Kafka's appendRecordsToFollowerOrFutureReplica). A log that is
+// not empty still refuses a batch that does not continue it.
+func TestAppendReplicatedInsideFirstBatch(t *testing.T) {
+	dir := t.TempDir()
+	l := openT(t, dir, Options{Replicated: true})
+	if err := l.TruncateFullyAndStartAt(15); err != nil {
+		t.Fatal(err)
+	}
+	leo, err := l.AppendReplicated(append(stored(10, 3, 10), stored(20, 3, 5)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leo != 25 || l.LogStartOffset() != 10 || l.HighWatermark() != 10 {
+		t.Fatalf("log [%d, %d), high watermark %d; want [10, 25) and 10", l.LogStartOffset(), leo, l.HighWatermark())
+	}
+	if got := l.LeaderEpochs(); !slices.Equal(got, [][2]int64{{3, 10}}) {
+		t.Fatalf("epochs %v", got)
+	}
+	// The leader's log start comes with the next answer.
+	l.SetHighWatermark(25)
+	if _, err := l.DeleteRecords(15); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.AppendReplicated(stored(24, 3, 2)); !errors.Is(err, ErrUnexpectedAppendOffset) {
+		t.Fatalf("a batch inside a log that is not empty: %v", err)
+	}
+	l.Close()
+	l = openT(t, dir, Options{Replicated: true})
+	if l.LogStartOffset() != 15 || l.LogEndOffset() != 25 {
+		t.Fatalf("after reopening: log [%d, %d)", l.LogStartOffset(), l.LogEndOffset())
+	}
+	// An empty log refuses a batch wholly below its end.
+	if err := l.TruncateFullyAndStartAt(40); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.AppendReplicated(stored(30, 3, 5)); !errors.Is(err, ErrUnexpectedAppendOffset) {
+		t.Fatalf("a batch below an empty log's end: %v", err)
+	}
+}
