@@ -66,9 +66,20 @@ func TestClusterDeleteRecordsPastAStoppedFollower(t *testing.T) {
 		}
 		return nil
 	})
-	if res, err := adm.CreateTopic(ctx, 1, 3, nil, topic); err != nil || res.Err != nil {
-		t.Fatalf("create topic: %v %v", err, res.Err)
-	}
+	// (The node asked may not see the third node registered yet: it
+	// refuses three replicas until it does.)
+	waitUntil(t, ctx, func() error {
+		res, err := adm.CreateTopic(ctx, 1, 3, nil, topic)
+		switch {
+		case err != nil:
+			return err
+		case errors.Is(res.Err, kerr.InvalidReplicationFactor):
+			return res.Err
+		case res.Err != nil:
+			t.Fatalf("create topic: %v", res.Err)
+		}
+		return nil
+	})
 	partition0 := func() (kadm.PartitionDetail, [16]byte, error) {
 		md, err := adm.Metadata(ctx, topic)
 		if err != nil {
