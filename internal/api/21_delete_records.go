@@ -17,8 +17,11 @@ func init() { register(kmsg.DeleteRecords, 0, 2, (*Handler).deleteRecords) }
 // deleteRecords moves each partition's log start offset up to the offset
 // given (-1: the high watermark), durably, before it answers; segments
 // wholly below it are deleted.
-func (h *Handler) deleteRecords(_ context.Context, r *server.Request) (kmsg.Response, error) {
+func (h *Handler) deleteRecords(ctx context.Context, r *server.Request) (kmsg.Response, error) {
 	req := r.Msg.(*kmsg.DeleteRecordsRequest)
+	if h.cl != nil {
+		return h.clusterDeleteRecords(ctx, req)
+	}
 	resp := req.ResponseKind().(*kmsg.DeleteRecordsResponse)
 	for _, rt := range req.Topics {
 		st := kmsg.NewDeleteRecordsResponseTopic()

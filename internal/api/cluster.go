@@ -336,12 +336,13 @@ func (h *Handler) clusterReplicaFetch(r *server.Request, req *kmsg.FetchRequest)
 		follower = req.ReplicaState.ID
 	}
 	type target struct {
-		sp     *kmsg.FetchResponseTopicPartition
-		slot   *cluster.Slot
-		log    *partition.Log
-		epoch  int32
-		offset int64
-		max    int32
+		sp       *kmsg.FetchResponseTopicPartition
+		slot     *cluster.Slot
+		log      *partition.Log
+		epoch    int32
+		offset   int64
+		logStart int64 // the follower's
+		max      int32
 	}
 	var targets []target
 	for _, rt := range req.Topics {
@@ -365,7 +366,7 @@ func (h *Handler) clusterReplicaFetch(r *server.Request, req *kmsg.FetchRequest)
 				sp.ErrorCode = errCode(err)
 				continue
 			}
-			targets = append(targets, target{sp: sp, slot: slot, log: l, epoch: rp.CurrentLeaderEpoch, offset: rp.FetchOffset, max: rp.PartitionMaxBytes})
+			targets = append(targets, target{sp: sp, slot: slot, log: l, epoch: rp.CurrentLeaderEpoch, offset: rp.FetchOffset, logStart: rp.LogStartOffset, max: rp.PartitionMaxBytes})
 		}
 		resp.Topics = append(resp.Topics, st)
 	}
@@ -381,9 +382,15 @@ func (h *Handler) clusterReplicaFetch(r *server.Request, req *kmsg.FetchRequest)
 		for _, t := range targets {
 			sp := t.sp
 			sp.ErrorCode, sp.RecordBatches = 0, []byte{}
-			hw, err := t.slot.FollowerFetch(follower, t.epoch, t.offset)
+			hw, err := t.slot.FollowerFetch(follower, t.epoch, t.offset, t.logStart)
 			if err != nil {
 				sp.ErrorCode, failed = errCode(err), true
+				if errors.Is(err, kerr.OffsetOutOfRange) {
+					// With our log start, so that a follower whose log
+					// end it has passed restarts its log there (Kafka
+					// answers -1 and its follower asks ListOffsets).
+					sp.LogStartOffset = t.log.LogStartOffset()
+				}
 				continue
 			}
 			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = hw, hw, t.log.LogStartOffset()
@@ -394,7 +401,7 @@ func (h *Handler) clusterReplicaFetch(r *server.Request, req *kmsg.FetchRequest)
 			data, err := t.log.ReadReplica(t.offset, max(limit, 0))
 			if err != nil {
 				sp.ErrorCode, failed = fetchErrCode(err), true
-				continue
+				continue // (an offset out of range: the log start is set)
 			}
 			sp.RecordBatches = data
 			total += len(data)
@@ -415,6 +422,86 @@ func (h *Handler) clusterReplicaFetch(r *server.Request, req *kmsg.FetchRequest)
 			return resp, nil
 		}
 	}
+}
+
+// --- DeleteRecords ---
+
+// clusterDeleteRecords moves the log start of the partitions this node
+// leads, as Kafka's ReplicaManager.deleteRecords: only the leader takes
+// it (NOT_LEADER_OR_FOLLOWER elsewhere, so the client goes to the
+// leader; __consumer_offsets is refused as on a single node); offset -1
+// is the high watermark, and an offset above the high watermark is
+// OFFSET_OUT_OF_RANGE. The leader's log start moves durably and its
+// machine hears of it (replica.LogStart); the followers move theirs as
+// their next fetch's answer gives it (or, if it passed their log end,
+// restart their logs there).
+//
+// The answer waits, as Kafka's DelayedDeleteRecords does, until the
+// partition's low watermark reaches the new log start: the smallest log
+// start over the leader and the followers on registered (live) nodes, as
+// each follower's fetches report it (Fetch's LogStartOffset), counting
+// out-of-ISR followers too, as Kafka does. So a success means every live
+// replica has let the records go, and a consumer of any of them, after a
+// leader change too, starts at or past the offset. A dead node does not
+// hold it up (it follows when it comes back); a live follower that
+// cannot follow in time (partitioned, or not fetching) makes the answer
+// REQUEST_TIMED_OUT once the request's timeout has passed on the node's
+// clock, with the leader's log start already moved, as in Kafka. The
+// waits of the partitions run side by side.
+func (h *Handler) clusterDeleteRecords(ctx context.Context, req *kmsg.DeleteRecordsRequest) (kmsg.Response, error) {
+	c := h.cl
+	resp := req.ResponseKind().(*kmsg.DeleteRecordsResponse)
+	timeout := time.Duration(max(req.TimeoutMillis, 0)) * time.Millisecond
+	var wg sync.WaitGroup
+	resp.Topics = make([]kmsg.DeleteRecordsResponseTopic, len(req.Topics))
+	for ti, rt := range req.Topics {
+		st := &resp.Topics[ti]
+		*st = kmsg.NewDeleteRecordsResponseTopic()
+		st.Topic = rt.Topic
+		t, terr := c.topicOf(false, rt.Topic, [16]byte{})
+		if terr == nil && t.Name == broker.OffsetsTopicName {
+			terr = kerr.InvalidTopicException
+		}
+		st.Partitions = make([]kmsg.DeleteRecordsResponseTopicPartition, len(rt.Partitions))
+		for pi, rp := range rt.Partitions {
+			sp := &st.Partitions[pi]
+			*sp = kmsg.NewDeleteRecordsResponseTopicPartition()
+			sp.Partition, sp.LowWatermark = rp.Partition, -1
+			if terr != nil {
+				sp.ErrorCode = errCode(terr)
+				continue
+			}
+			slot, l, err := c.leaderOf(t, rp.Partition, -1)
+			if err != nil {
+				sp.ErrorCode = errCode(err)
+				continue
+			}
+			start, err := l.DeleteRecords(rp.Offset)
+			switch {
+			case errors.Is(err, partition.ErrOffsetOutOfRange):
+				sp.ErrorCode = kerr.OffsetOutOfRange.Code
+				continue
+			case errors.Is(err, partition.ErrClosed):
+				sp.ErrorCode = kerr.NotLeaderForPartition.Code
+				continue
+			case err != nil:
+				h.log.Error("delete records", "topic", rt.Topic, "partition", rp.Partition, "err", err)
+				sp.ErrorCode = kerr.KafkaStorageError.Code
+				continue
+			}
+			slot.LogStartMoved()
+			wg.Go(func() {
+				low, err := slot.WaitLowWatermark(ctx, start, timeout)
+				if err != nil {
+					sp.ErrorCode = errCode(err)
+					return
+				}
+				sp.LowWatermark = low
+			})
+		}
+	}
+	wg.Wait()
+	return resp, nil
 }
 
 // --- OffsetForLeaderEpoch ---

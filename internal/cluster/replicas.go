@@ -35,6 +35,10 @@ type ReplicaLog interface {
 	// TruncateTo drops every offset >= offset, and every epoch of the
 	// cache that starts at or after it.
 	TruncateTo(offset int64) error
+	// TruncateFullyAndStartAt drops every record and restarts the log
+	// empty at offset, its new log start, end and high watermark, with
+	// an empty epoch cache.
+	TruncateFullyAndStartAt(offset int64) error
 	// AppendReplicated appends record batches as the leader stored them,
 	// at their offsets, which must start at the log end; it returns the
 	// new log end offset.
@@ -64,11 +68,13 @@ type Transport interface {
 	EpochEnd(ctx context.Context, leader int32, asks []EpochAsk) ([]EpochAnswer, error)
 }
 
-// FetchWant is one partition of a follower's fetch.
+// FetchWant is one partition of a follower's fetch. LogStart is the
+// follower's log start offset, which the leader keeps for DeleteRecords.
 type FetchWant struct {
 	TP          view.TP
 	LeaderEpoch int32
 	Offset      int64
+	LogStart    int64
 }
 
 // FetchResult is the leader's answer for one partition.
@@ -78,7 +84,9 @@ type FetchResult struct {
 	HW      int64
 	Batches []byte
 	// LogStart is the leader's log start offset: a follower's follows
-	// it (retention and DeleteRecords at the leader).
+	// it (retention and DeleteRecords at the leader). It comes with an
+	// OFFSET_OUT_OF_RANGE answer too: a follower whose log end it has
+	// passed restarts its log there.
 	LogStart int64
 }
 
@@ -273,7 +281,7 @@ func (r *Replicas) open(t meta.Topic, tp view.TP) (*slot, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &slot{r: r, tp: tp, log: l, acks: map[replica.RequestID]chan error{}}
+	s := &slot{r: r, tp: tp, log: l, acks: map[replica.RequestID]chan error{}, stepped: make(chan struct{}), toldStart: l.LogStartOffset()}
 	s.m = replica.New(replica.Config{Node: r.node.ID(), LagTimeMax: r.cfg.LagTimeMax,
 		LeaseMargin: r.node.cfg.SessionTimeout / 10, Epochs: l},
 		replica.Local{LogStart: l.LogStartOffset(), LEO: l.LogEndOffset(), HW: l.HighWatermark()})
@@ -333,6 +341,11 @@ type slot struct {
 	timer   func() bool
 	timerAt time.Time
 	stopped bool
+	// stepped is closed, and replaced, by every step: what the machine
+	// knows may have changed (WaitLowWatermark).
+	stepped chan struct{}
+	// toldStart is the log start offset the machine last heard of.
+	toldStart int64
 }
 
 // step steps the machine with ev and performs its effects.
@@ -376,12 +389,23 @@ func (s *slot) stepLocked(ev replica.Event) *replica.FetchAnswer {
 					s.r.log.Error("truncating a replica's log", "tp", s.tp, "to", e.To, "err", err)
 				}
 				pending = append(pending, replica.Truncated{LEO: s.log.LogEndOffset()})
+			case replica.TruncateFully:
+				err := s.log.TruncateFullyAndStartAt(e.Offset)
+				s.toldStart = s.log.LogStartOffset() // the machine takes it with Truncated
+				if err != nil {
+					s.r.log.Error("restarting a replica's log at the leader's log start", "tp", s.tp, "offset", e.Offset, "err", err)
+				} else {
+					s.r.log.Info("the leader's log start passed this replica's log end: restarted the log there", "tp", s.tp, "offset", e.Offset)
+				}
+				pending = append(pending, replica.Truncated{LEO: s.log.LogEndOffset()})
 			case replica.Fetch:
-				s.r.fetcher(e.Leader).want(FetchWant{TP: s.tp, LeaderEpoch: e.LeaderEpoch, Offset: e.Offset})
+				s.r.fetcher(e.Leader).want(FetchWant{TP: s.tp, LeaderEpoch: e.LeaderEpoch, Offset: e.Offset, LogStart: e.LogStart})
 			}
 		}
 	}
 	s.schedule(now)
+	close(s.stepped)
+	s.stepped = make(chan struct{})
 	return answer
 }
 
@@ -402,6 +426,8 @@ func (s *slot) stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopped = true
+	close(s.stepped) // a WaitLowWatermark sees it stopped
+	s.stepped = make(chan struct{})
 	if s.timer != nil {
 		s.timer()
 	}
@@ -552,14 +578,65 @@ func (sl *Slot) Produced(end int64, acksAll bool, deadline time.Time) <-chan err
 // Appended reports records appended as leader that no produce waits for.
 func (sl *Slot) Appended(leo int64) { sl.s.step(replica.Appended{LEO: leo}) }
 
-// FollowerFetch records a follower's fetch and says whether to answer it
-// with records from offset, and with which HW.
-func (sl *Slot) FollowerFetch(node, leaderEpoch int32, offset int64) (hw int64, err error) {
-	a := sl.s.step(replica.FollowerFetch{Node: node, LeaderEpoch: leaderEpoch, Offset: offset})
+// FollowerFetch records a follower's fetch (its log end offset, and its
+// log start offset, -1 if not given) and says whether to answer it with
+// records from offset, and with which HW.
+func (sl *Slot) FollowerFetch(node, leaderEpoch int32, offset, logStart int64) (hw int64, err error) {
+	s := sl.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if start := s.log.LogStartOffset(); start != s.toldStart {
+		// Retention moved it since the machine last heard: the range
+		// a follower may fetch starts there.
+		s.toldStart = start
+		s.stepLocked(replica.LogStart{Offset: start})
+	}
+	a := s.stepLocked(replica.FollowerFetch{Node: node, LeaderEpoch: leaderEpoch, Offset: offset, LogStart: logStart})
 	if a == nil {
 		return 0, kerr.NotLeaderForPartition
 	}
 	return a.HW, a.Err
+}
+
+// LogStartMoved tells the machine that the log start moved (DeleteRecords
+// or retention at the leader).
+func (sl *Slot) LogStartMoved() {
+	s := sl.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.toldStart = s.log.LogStartOffset()
+	s.stepLocked(replica.LogStart{Offset: s.toldStart})
+}
+
+// WaitLowWatermark waits until the partition's low watermark as its leader
+// knows it (replica.Machine.LowWatermark: the smallest log start over the
+// leader and its registered followers) reaches offset, and returns it;
+// or returns the error that stops the wait: NOT_LEADER_OR_FOLLOWER, or
+// REQUEST_TIMED_OUT once timeout has passed on the node's clock.
+func (sl *Slot) WaitLowWatermark(ctx context.Context, offset int64, timeout time.Duration) (int64, error) {
+	s := sl.s
+	expired := make(chan struct{})
+	stop := s.r.node.Clock().AfterFunc(timeout, func() { close(expired) })
+	defer stop()
+	for {
+		s.mu.Lock()
+		low, err := s.m.LowWatermark(s.r.node.Clock().Now())
+		stepped, stopped := s.stepped, s.stopped
+		s.mu.Unlock()
+		switch {
+		case stopped:
+			return low, kerr.NotLeaderForPartition
+		case err != nil || low >= offset:
+			return low, err
+		}
+		select {
+		case <-stepped:
+		case <-expired:
+			return low, kerr.RequestTimedOut
+		case <-ctx.Done():
+			return low, kerr.RequestTimedOut
+		}
+	}
 }
 
 // fetcher returns the fetcher of leader, starting it if needed.
@@ -682,7 +759,7 @@ func (f *fetcher) doFetch(wants []FetchWant) {
 			continue
 		}
 		if res.Err != nil {
-			s.step(replica.FetchFailed{LeaderEpoch: w.LeaderEpoch, Err: res.Err})
+			s.step(replica.FetchFailed{LeaderEpoch: w.LeaderEpoch, Err: res.Err, LeaderLogStart: res.LogStart})
 			continue
 		}
 		s.appendFetched(w, res)
@@ -718,7 +795,8 @@ func (s *slot) appendFetched(w FetchWant, res FetchResult) {
 		if _, err := s.log.DeleteRecords(start); err != nil {
 			s.r.log.Warn("moving a follower's log start to the leader's", "tp", s.tp, "offset", start, "err", err)
 		} else {
-			s.stepLocked(replica.LogStart{Offset: s.log.LogStartOffset()})
+			s.toldStart = s.log.LogStartOffset()
+			s.stepLocked(replica.LogStart{Offset: s.toldStart})
 		}
 	}
 }

@@ -107,6 +107,17 @@ func (l *memLog) TruncateTo(offset int64) error {
 
 func (l *memLog) DeleteRecords(offset int64) (int64, error) { return 0, nil }
 
+func (l *memLog) TruncateFullyAndStartAt(offset int64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if offset != 0 {
+		return fmt.Errorf("memLog starts at 0, not %d", offset)
+	}
+	l.batches, l.leo, l.hw, l.epochs = nil, 0, 0, nil
+	l.notify()
+	return nil
+}
+
 func (l *memLog) AppendReplicated(b []byte) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -244,7 +255,7 @@ func (t memTransport) Fetch(ctx context.Context, leader int32, wants []FetchWant
 		}
 		l := logs.get(w.TP)
 		waits = append(waits, l.wait())
-		hw, err := s.FollowerFetch(t.from, w.LeaderEpoch, w.Offset)
+		hw, err := s.FollowerFetch(t.from, w.LeaderEpoch, w.Offset, w.LogStart)
 		if err != nil {
 			out = append(out, FetchResult{TP: w.TP, Err: err})
 			continue

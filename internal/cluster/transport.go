@@ -112,7 +112,7 @@ func (t *KafkaTransport) Fetch(ctx context.Context, leader int32, wants []FetchW
 		rp.Partition = w.TP.Partition
 		rp.CurrentLeaderEpoch = w.LeaderEpoch
 		rp.FetchOffset = w.Offset
-		rp.LogStartOffset = -1
+		rp.LogStartOffset = w.LogStart
 		rp.PartitionMaxBytes = t.FetchMaxBytes
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
 	}

@@ -31,7 +31,8 @@ func (l *Log) startEpochZero() error {
 // them (concatenated, as a fetch returns them), for a follower: offsets,
 // leader epochs and timestamps are kept, not assigned. Each batch must be
 // well formed with a valid CRC and no larger than a segment
-// (ErrRecordListTooLarge); the first must start at the log end offset and
+// (ErrRecordListTooLarge); the first must start at the log end offset
+// (or, in an empty log, may hold it: the log restarts at its base) and
 // each next one where the one before it ended (else
 // ErrUnexpectedAppendOffset), except that on a compacted topic a batch
 // may start past that, as the leader's cleaner leaves gaps (recorded in
@@ -65,6 +66,19 @@ func (l *Log) AppendReplicated(batches []byte) (int64, error) {
 			return l.leo.Load(), fmt.Errorf("batch %d at offset %d: %w", i, h.BaseOffset, err)
 		}
 		hs[i] = h
+	}
+
+	if leo := l.leo.Load(); leo == l.start.Load() && hs[0].BaseOffset < leo && hs[0].LastOffset() >= leo {
+		// An empty log whose first batch starts below its start: a
+		// follower that restarted its log at the leader's log start,
+		// which DeleteRecords put inside a batch, fetched that batch.
+		// Restart the log at the batch's base and take it whole, as
+		// Kafka's Partition.appendRecordsToFollowerOrFutureReplica does
+		// on an UnexpectedAppendOffsetException. (The next fetch answer
+		// moves the log start back up to the leader's.)
+		if err := l.TruncateFullyAndStartAt(hs[0].BaseOffset); err != nil {
+			return l.leo.Load(), err
+		}
 	}
 
 	l.wmu.Lock()

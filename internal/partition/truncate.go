@@ -167,9 +167,50 @@ func (l *Log) TruncateTo(offset int64) error {
 	return err
 }
 
+// TruncateFullyAndStartAt deletes every record and restarts the log empty
+// at offset, which becomes its log start and end (Kafka's
+// UnifiedLog.truncateFullyAndStartAt): what a follower does when the
+// leader's log start has moved past its log end (retention or
+// DeleteRecords at the leader while it was away), so that it fetches from
+// there. The offset may lie below, inside or past the log. The
+// leader-epoch cache is emptied, the producer state reset, and the high
+// watermark, the recovery point and the synced offset become offset. It
+// returns once the change is durable.
+//
+// Crash safety is TruncateTo's (see the top of truncate.go): the new log
+// start and end are first recorded in the checkpoint as a full
+// truncation, the commit point; a stop before it leaves the old log, a
+// stop after it a checkpoint from which Open finishes the job (every
+// segment goes but an empty one at offset). A failure after the commit
+// point leaves the log refusing writes (ErrFailed) until it is reopened.
+func (l *Log) TruncateFullyAndStartAt(offset int64) error {
+	if offset < 0 {
+		return fmt.Errorf("truncate fully and start at offset %d: negative", offset)
+	}
+	l.maintMu.Lock()
+	defer l.maintMu.Unlock()
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.isClosed() {
+		return ErrClosed
+	}
+	if l.failed != nil {
+		return fmt.Errorf("%w: %v", ErrFailed, l.failed)
+	}
+	err := l.truncateWith(offset, true)
+	l.closeRetired(false)
+	return err
+}
+
 // truncate is TruncateTo with maintMu, syncMu and wmu held (or from Open,
 // finishing a truncation a stop interrupted).
-func (l *Log) truncate(offset int64) (err error) {
+func (l *Log) truncate(offset int64) error { return l.truncateWith(offset, false) }
+
+// truncateWith is truncate, or with full TruncateFullyAndStartAt: every
+// segment goes, whatever offset is, and the log restarts empty there.
+func (l *Log) truncateWith(offset int64, full bool) (err error) {
 	defer func() {
 		l.cpMu.Lock()
 		marked := l.cp.truncating
@@ -181,10 +222,12 @@ func (l *Log) truncate(offset int64) (err error) {
 		}
 	}()
 	cutEpochsAt := offset
-	if offset < l.leo.Load() {
-		t, err := l.planTruncation(offset)
-		if err != nil {
-			return fmt.Errorf("truncate to offset %d: %w", offset, err)
+	if full || offset < l.leo.Load() {
+		t := truncation{to: offset, full: true}
+		if !full {
+			if t, err = l.planTruncation(offset); err != nil {
+				return fmt.Errorf("truncate to offset %d: %w", offset, err)
+			}
 		}
 		cutEpochsAt = t.to
 		if l.stop("planned") {
@@ -201,6 +244,9 @@ func (l *Log) truncate(offset int64) (err error) {
 	if l.stop("records cut") {
 		return errStopped
 	}
+	// (A full truncation empties the cache: every epoch starts below
+	// the new start, and the one covering it is moved to it and then
+	// dropped from the end.)
 	err = l.editEpochs(func(c *epochCache) (bool, error) {
 		changed := c.truncateFromStart(l.start.Load())
 		if c.truncateFromEnd(cutEpochsAt) {
@@ -234,12 +280,17 @@ func (l *Log) recordTruncation(t truncation) error {
 	l.leo.Store(t.to)
 	l.hw.Store(min(l.hw.Load(), t.to))
 	if t.full {
+		// An empty log starting at t.to: its high watermark is its end
+		// (Kafka's truncateFullyAndStartAt), which may be above the old
+		// one when the log restarts past its old end.
 		l.start.Store(t.to)
+		l.hw.Store(t.to)
 	}
 	l.wakeLocked()
 	l.mu.Unlock()
-	if l.synced.Load() > t.to {
-		// syncMu is held: no fsync moves it back up.
+	if l.synced.Load() > t.to || t.full {
+		// syncMu is held: no fsync moves it meanwhile. Nothing of an
+		// emptied log remains to be synced.
 		l.synced.Store(t.to)
 	}
 	l.cpMu.Lock()

@@ -38,7 +38,10 @@
 // set, offset range) and answered in the same Step by a FetchAnswer
 // carrying the HW. The fetch offset is the follower's LEO; the leader
 // records it with the time the follower was last caught up (Kafka's
-// Replica.updateFetchStateOrThrow, see peer.fetched).
+// Replica.updateFetchStateOrThrow, see peer.fetched), and the follower's
+// log start offset the fetch gives. LowWatermark, the smallest log start
+// over the leader and its registered followers (Kafka's
+// lowWatermarkIfLeader), is what DeleteRecords waits for.
 //
 // The high watermark is the minimum LEO over the ISR, leader included, and
 // never moves back. While an ISR change is being written, the ISR used is
@@ -103,7 +106,12 @@
 // Errors follow Kafka's fetcher: FENCED_LEADER_EPOCH (this replica's epoch
 // is old) waits for a newer SetState; UNKNOWN_LEADER_EPOCH (the leader has
 // not learnt the epoch yet), NOT_LEADER_OR_FOLLOWER and anything else are
-// retried after the retry backoff. OFFSET_OUT_OF_RANGE asks the leader
+// retried after the retry backoff. OFFSET_OUT_OF_RANGE whose answer gives
+// a leader log start above this replica's LEO (the leader's retention or
+// DeleteRecords went past it while it was away or out of the ISR) empties
+// the local log and restarts it at that log start (TruncateFully, Kafka's
+// truncateFullyAndStartAt), then fetches from there. Any other
+// OFFSET_OUT_OF_RANGE asks the leader
 // where its log ends (OffsetForLeaderEpoch for its own epoch) and, if that
 // is below this replica's LEO, truncates there, even below the HW, and
 // fetches (AbstractFetcherThread.handleOutOfRangeError): a leader that
@@ -115,9 +123,9 @@
 //
 // # The runtime's side
 //
-// Step effects are performed in the order given. StartEpoch, Truncate and
-// SetHW touch the local log: Truncate is done before any other event is
-// stepped, and reported with Truncated. WriteISR, AskEpoch and Fetch go
+// Step effects are performed in the order given. StartEpoch, Truncate,
+// TruncateFully and SetHW touch the local log: Truncate and TruncateFully
+// are done before any other event is stepped, and reported with Truncated. WriteISR, AskEpoch and Fetch go
 // out over the network; each is answered by exactly one event (a lost or
 // failed request too: ISRWriteFailed with the state read back from etcd,
 // EpochAnswer or FetchFailed with an error). FetchAnswer and the queries

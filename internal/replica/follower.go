@@ -30,6 +30,9 @@ type followerState struct {
 	retryAt    time.Time // no request before this (retry backoff)
 	truncateTo int64
 	fetchNext  bool // after the truncation: fetch (else ask again)
+	// truncateFull: the truncation empties the log and restarts it at
+	// truncateTo (TruncateFully).
+	truncateFull bool
 }
 
 // becomeFollower starts the conversation with a new leader (or epoch):
@@ -59,12 +62,16 @@ func (m *Machine) followerSend() {
 		f.phase, f.truncateTo, f.fetchNext = phaseTruncate, min(m.hw, m.leo), true
 		fallthrough
 	case phaseTruncate:
+		if f.truncateFull {
+			m.emit(TruncateFully{Offset: f.truncateTo})
+			return
+		}
 		m.emit(Truncate{To: f.truncateTo})
 	case phaseOutOfRange:
 		// The leader's end offset for its own epoch is its log end.
 		m.emit(AskEpoch{Leader: m.p.Leader, LeaderEpoch: m.p.LeaderEpoch, Epoch: m.p.LeaderEpoch})
 	case phaseFetch:
-		m.emit(Fetch{Leader: m.p.Leader, LeaderEpoch: m.p.LeaderEpoch, Offset: m.leo})
+		m.emit(Fetch{Leader: m.p.Leader, LeaderEpoch: m.p.LeaderEpoch, Offset: m.leo, LogStart: m.logStart})
 	}
 }
 
@@ -102,12 +109,10 @@ func (m *Machine) epochAnswer(e EpochAnswer) {
 // asking OffsetForLeaderEpoch again, which would lead back to the HW.
 // Records below that end may differ from the leader's; Kafka does not
 // mend that either, and it only happens once acknowledged records are
-// lost. A leader whose log reaches ours had moved its log start past our
-// end, or grew meanwhile: find the divergence again (OffsetForLeaderEpoch)
-// after the backoff, then fetch. (Kafka would
-// then truncate fully and start at the leader's log start; the log has
-// no such operation yet, and retention does not move a leader's log
-// start past an ISR follower's end.)
+// lost. A leader whose log reaches ours grew meanwhile (or moved its log
+// start past our end without saying so in its answer; one that says so
+// is handled at once, see fetchFailed): find the divergence again
+// (OffsetForLeaderEpoch) after the backoff, then fetch.
 func (m *Machine) outOfRange(leaderEnd int64) {
 	f := &m.follower
 	switch {
@@ -179,6 +184,11 @@ func (m *Machine) truncated(e Truncated) {
 	}
 	f := &m.follower
 	f.inFlight = false
+	if f.truncateFull {
+		// The log restarted empty at LEO: its start and its HW (which
+		// the log set itself) are there.
+		m.logStart, m.hw, f.truncateFull = m.leo, m.leo, false
+	}
 	if f.fetchNext {
 		f.phase = phaseFetch
 	} else {
@@ -204,7 +214,21 @@ func (m *Machine) fetchFailed(e FetchFailed) {
 	if !m.awaiting(phaseFetch, e.LeaderEpoch) {
 		return
 	}
-	m.follower.inFlight = false
+	f := &m.follower
+	f.inFlight = false
+	if errors.Is(e.Err, kerr.OffsetOutOfRange) && e.LeaderLogStart > m.leo {
+		// The leader's log start has moved past our log end (retention
+		// or DeleteRecords while we were out of the ISR or away): the
+		// records we lack are gone. Kafka's fetchOffsetAndTruncate
+		// (handleOutOfRangeError) asks the leader's log end, finds it
+		// at or past the leader's start, so past ours, asks its start
+		// and truncates fully there. Here the leader's answer carries
+		// its start, so the end need not be asked: it is at least the
+		// start. Asking OffsetForLeaderEpoch instead would lead back to
+		// our own end, and the fetch would be out of range for ever.
+		f.phase, f.truncateTo, f.truncateFull, f.fetchNext = phaseTruncate, e.LeaderLogStart, true, true
+		return
+	}
 	m.followerError(e.Err)
 }
 

@@ -33,6 +33,9 @@ type pendingAck struct {
 type peer struct {
 	id  int32
 	leo int64 // its last fetch offset; -1 until it fetches from this leader
+	// logStart is the log start offset its last fetch gave, -1 until
+	// then (or if it gave none).
+	logStart int64
 	// lastFetchLeaderLEO and lastFetchTime are the leader's LEO and the
 	// time at its previous fetch; lastCaughtUp is the last time it was
 	// caught up (zero: never).
@@ -94,7 +97,7 @@ func (m *Machine) becomeLeader(wasNotLeader bool) {
 			caught = m.now
 		}
 		if wasNotLeader {
-			*p = peer{id: p.id, leo: -1, lastFetchLeaderLEO: -1, lastCaughtUp: caught}
+			*p = peer{id: p.id, leo: -1, logStart: -1, lastFetchLeaderLEO: -1, lastCaughtUp: caught}
 		} else {
 			p.lastFetchLeaderLEO, p.lastFetchTime, p.lastCaughtUp = start, caught, caught
 		}
@@ -110,7 +113,7 @@ func (m *Machine) syncPeers() {
 		}
 		p := m.peer(id)
 		if p == nil {
-			p = &peer{id: id, leo: -1, lastFetchLeaderLEO: -1}
+			p = &peer{id: id, leo: -1, logStart: -1, lastFetchLeaderLEO: -1}
 		}
 		peers = append(peers, p)
 	}
@@ -125,7 +128,7 @@ func (m *Machine) forgetBounced(old Partition) {
 		was, ok1 := registration(old, p.id)
 		now, ok2 := registration(m.p, p.id)
 		if ok1 && ok2 && was != now {
-			*p = peer{id: p.id, leo: -1, lastFetchLeaderLEO: -1}
+			*p = peer{id: p.id, leo: -1, logStart: -1, lastFetchLeaderLEO: -1}
 		}
 	}
 }
@@ -163,6 +166,7 @@ func (m *Machine) followerFetch(e FollowerFetch) *FetchAnswer {
 		return a
 	}
 	p.fetched(e.Offset, m.leo, m.now)
+	p.logStart = e.LogStart
 	return a
 }
 
@@ -393,4 +397,25 @@ func (m *Machine) ClientHW(now time.Time) (int64, error) {
 		return m.hw, kerr.OffsetNotAvailable
 	}
 	return m.hw, nil
+}
+
+// LowWatermark is the partition's low watermark as its leader knows it at
+// now, as Kafka's Partition.lowWatermarkIfLeader: the smallest log start
+// offset over this leader and the followers whose node is registered
+// (alive), each as its last fetch of this leadership gave it (-1 for a
+// follower that has not fetched yet). DeleteRecords waits for it to
+// reach its offset. NOT_LEADER_OR_FOLLOWER unless this node leads under
+// a live lease.
+func (m *Machine) LowWatermark(now time.Time) (int64, error) {
+	if m.role != RoleLeader || !m.live(now) {
+		return -1, errNotLeader
+	}
+	low := m.logStart
+	for _, p := range m.leader.peers {
+		if reg, ok := registration(m.p, p.id); ok && reg == 0 {
+			continue // not alive: Kafka's metadataCache.hasAliveBroker
+		}
+		low = min(low, p.logStart)
+	}
+	return low, nil
 }

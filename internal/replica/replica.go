@@ -132,11 +132,14 @@ type LogStart struct{ Offset int64 }
 // FollowerFetch is a Fetch from replica Node, asked of this node as
 // leader. LeaderEpoch is the request's current leader epoch (-1: not
 // given, as in Fetch before v9); Offset is its fetch offset, which is the
-// follower's LEO. Step answers it with a FetchAnswer.
+// follower's LEO; LogStart is the follower's log start offset, as Kafka's
+// followers send it in each fetch (-1: not given). Step answers it with a
+// FetchAnswer.
 type FollowerFetch struct {
 	Node        int32
 	LeaderEpoch int32
 	Offset      int64
+	LogStart    int64
 }
 
 // Produce reports records appended by this node as leader, ending at End
@@ -169,8 +172,8 @@ type EpochAnswer struct {
 	End         int64
 }
 
-// Truncated reports that the last Truncate was done; LEO is the log's end
-// offset now.
+// Truncated reports that the last Truncate or TruncateFully was done; LEO
+// is the log's end offset now.
 type Truncated struct{ LEO int64 }
 
 // Fetched reports a fetch from the leader, sent with LeaderEpoch, whose
@@ -184,9 +187,12 @@ type Fetched struct {
 
 // FetchFailed reports a fetch from the leader, sent with LeaderEpoch, that
 // was answered with the partition error Err, or not answered at all.
+// LeaderLogStart is the leader's log start offset given with an
+// OFFSET_OUT_OF_RANGE answer (0 or -1: not given).
 type FetchFailed struct {
-	LeaderEpoch int32
-	Err         error
+	LeaderEpoch    int32
+	Err            error
+	LeaderLogStart int64
 }
 
 func (SetState) isEvent()       {}
@@ -256,23 +262,35 @@ type AskEpoch struct {
 // stepping any other event, then report Truncated.
 type Truncate struct{ To int64 }
 
+// TruncateFully asks the runtime to delete every record of the local log
+// and restart it empty at Offset, its new log start and end, with an
+// empty leader-epoch cache and the high watermark at Offset (Kafka's
+// truncateFullyAndStartAt): the leader's log start has moved past this
+// replica's log end. Do it before stepping any other event, then report
+// Truncated.
+type TruncateFully struct{ Offset int64 }
+
 // Fetch asks the runtime to fetch from Leader at Offset with leader epoch
 // LeaderEpoch, append what comes at the leader's offsets, and report
-// Fetched or FetchFailed.
+// Fetched or FetchFailed. LogStart is the local log's start offset, which
+// the fetch tells the leader (Kafka's Fetch LogStartOffset): a leader
+// waits for its followers' log starts to answer DeleteRecords.
 type Fetch struct {
 	Leader      int32
 	LeaderEpoch int32
 	Offset      int64
+	LogStart    int64
 }
 
-func (StartEpoch) isEffect()  {}
-func (SetHW) isEffect()       {}
-func (Ack) isEffect()         {}
-func (WriteISR) isEffect()    {}
-func (FetchAnswer) isEffect() {}
-func (AskEpoch) isEffect()    {}
-func (Truncate) isEffect()    {}
-func (Fetch) isEffect()       {}
+func (StartEpoch) isEffect()    {}
+func (SetHW) isEffect()         {}
+func (Ack) isEffect()           {}
+func (WriteISR) isEffect()      {}
+func (FetchAnswer) isEffect()   {}
+func (AskEpoch) isEffect()      {}
+func (Truncate) isEffect()      {}
+func (TruncateFully) isEffect() {}
+func (Fetch) isEffect()         {}
 
 // Machine is one partition's replica on one node.
 type Machine struct {

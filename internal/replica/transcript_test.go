@@ -24,21 +24,22 @@ import (
 //	tick at=
 //	append leo= [at=]
 //	log-start offset=
-//	follower-fetch node= epoch= offset= [at=]
+//	follower-fetch node= epoch= offset= [log-start=] [at=]
 //	produce id= end= [deadline=] [acks=1] [at=]
 //	isr-result ok rev= | isr-result fail [leader= epoch= isr= replicas= rev= min-isr=]
 //	epoch-answer epoch= end= [err=] [leader-epoch=] [at=]
 //	truncated [leo=] [at=]
 //	fetched leo= hw= [epochs=E:S,...] [leader-epoch=] [at=]
-//	fetch-error err= [leader-epoch=] [at=]
+//	fetch-error err= [log-start=] [leader-epoch=] [at=]   (log-start: the leader's, given with the error)
 //	check-append [acks=1] [at=] | client-hw [at=] | check-epoch epoch= [at=] | status | epochs
+//	low-watermark [at=]
 //	followers   (a leader's followers: LEO, lag, ISR, last caught up)
 //	awaits-fetch [leader-epoch=] offset=
 //
 // Each step prints the effects, one a line, then "= " and a summary of the
-// machine. The test keeps a small model of the local log (its LEO and
-// leader-epoch cache) and applies StartEpoch and Truncate to it as the
-// runtime would.
+// machine. The test keeps a small model of the local log (its start, LEO
+// and leader-epoch cache) and applies StartEpoch, Truncate and
+// TruncateFully to it as the runtime would.
 func TestTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		h := &harness{}
@@ -55,6 +56,7 @@ func since(t time.Time) string { return t.Sub(t0).String() }
 // testLog is the test's model of the local log: the LEO and the
 // leader-epoch cache, which the machine reads through EpochCache.
 type testLog struct {
+	start  int64
 	leo    int64
 	epochs []epochEntry // ascending
 }
@@ -110,8 +112,16 @@ func (l *testLog) truncate(to int64) {
 	l.epochs = kept
 }
 
+// truncateFully empties the log and restarts it at offset.
+func (l *testLog) truncateFully(offset int64) {
+	l.start, l.leo, l.epochs = offset, offset, nil
+}
+
 func (l *testLog) String() string {
 	var b strings.Builder
+	if l.start != 0 {
+		fmt.Fprintf(&b, "start=%d ", l.start)
+	}
 	fmt.Fprintf(&b, "leo=%d epochs=", l.leo)
 	for i, e := range l.epochs {
 		if i > 0 {
@@ -260,7 +270,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	var ev Event
 	switch d.Cmd {
 	case "new":
-		h.log = &testLog{leo: num("leo", 0), epochs: epochs("epochs")}
+		h.log = &testLog{start: num("start", 0), leo: num("leo", 0), epochs: epochs("epochs")}
 		h.now = t0
 		h.ids, h.names = map[string]RequestID{}, map[RequestID]string{}
 		h.m = New(Config{
@@ -269,7 +279,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			LeaseMargin:  dur("margin", 0),
 			RetryBackoff: dur("backoff", 0),
 			Epochs:       h.log,
-		}, Local{LogStart: num("start", 0), LEO: h.log.leo, HW: num("hw", 0)})
+		}, Local{LogStart: h.log.start, LEO: h.log.leo, HW: num("hw", 0)})
 		return "ok"
 	case "state":
 		base := h.m.p
@@ -285,9 +295,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		h.log.leo = num("leo", 0)
 		ev = Appended{LEO: h.log.leo}
 	case "log-start":
-		ev = LogStart{Offset: num("offset", 0)}
+		h.log.start = num("offset", 0)
+		ev = LogStart{Offset: h.log.start}
 	case "follower-fetch":
-		ev = FollowerFetch{Node: int32(num("node", 0)), LeaderEpoch: int32(num("epoch", -1)), Offset: num("offset", 0)}
+		ev = FollowerFetch{Node: int32(num("node", 0)), LeaderEpoch: int32(num("epoch", -1)), Offset: num("offset", 0), LogStart: num("log-start", -1)}
 	case "produce":
 		name := str("id")
 		id := RequestID(len(h.ids) + 1)
@@ -319,7 +330,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		ev = Fetched{LeaderEpoch: leaderEpoch(), LEO: h.log.leo, HW: num("hw", 0)}
 	case "fetch-error":
-		ev = FetchFailed{LeaderEpoch: leaderEpoch(), Err: errArg()}
+		ev = FetchFailed{LeaderEpoch: leaderEpoch(), Err: errArg(), LeaderLogStart: num("log-start", -1)}
 	case "check-append":
 		return errName(h.m.CheckAppend(h.now, str("acks") != "1"))
 	case "client-hw":
@@ -327,6 +338,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return fmt.Sprintf("%d %s", hw, errName(err))
 	case "check-epoch":
 		return errName(h.m.CheckLeaderEpoch(h.now, int32(num("epoch", -1))))
+	case "low-watermark":
+		low, err := h.m.LowWatermark(h.now)
+		return fmt.Sprintf("%d %s", low, errName(err))
 	case "awaits-fetch":
 		return fmt.Sprint(h.m.AwaitsFetch(leaderEpoch(), num("offset", 0)))
 	case "epochs":
@@ -370,7 +384,13 @@ func (h *harness) effect(e Effect) string {
 	case Truncate:
 		h.log.truncate(e.To)
 		return fmt.Sprintf("truncate to=%d", e.To)
+	case TruncateFully:
+		h.log.truncateFully(e.Offset)
+		return fmt.Sprintf("truncate-fully offset=%d", e.Offset)
 	case Fetch:
+		if e.LogStart != 0 {
+			return fmt.Sprintf("fetch leader=%d leader-epoch=%d offset=%d log-start=%d", e.Leader, e.LeaderEpoch, e.Offset, e.LogStart)
+		}
 		return fmt.Sprintf("fetch leader=%d leader-epoch=%d offset=%d", e.Leader, e.LeaderEpoch, e.Offset)
 	}
 	return fmt.Sprintf("%#v", e)
@@ -405,6 +425,9 @@ func (h *harness) summary() string {
 	fmt.Fprintf(&b, "= %s", m.role)
 	if m.role != RoleNone {
 		fmt.Fprintf(&b, " e%d", m.p.LeaderEpoch)
+	}
+	if m.logStart != 0 {
+		fmt.Fprintf(&b, " start=%d", m.logStart)
 	}
 	fmt.Fprintf(&b, " leo=%d hw=%d", m.leo, m.hw)
 	switch m.role {
@@ -445,7 +468,11 @@ func (h *harness) status() string {
 	if m.role == RoleLeader {
 		fmt.Fprintf(&b, "epoch-start=%d maximal-isr=%s rev=%d min-isr=%d\n", m.leader.epochStart, list(m.maximalISR()), m.p.Revision, m.p.MinInsync)
 		for _, p := range m.leader.peers {
-			fmt.Fprintf(&b, "peer %d leo=%d caught-up=%s last-fetch=%s@%d\n", p.id, p.leo, stamp(p.lastCaughtUp), stamp(p.lastFetchTime), p.lastFetchLeaderLEO)
+			fmt.Fprintf(&b, "peer %d leo=%d caught-up=%s last-fetch=%s@%d", p.id, p.leo, stamp(p.lastCaughtUp), stamp(p.lastFetchTime), p.lastFetchLeaderLEO)
+			if p.logStart >= 0 {
+				fmt.Fprintf(&b, " log-start=%d", p.logStart)
+			}
+			b.WriteByte('\n')
 		}
 	}
 	if t, ok := m.NextDeadline(); ok {

@@ -200,6 +200,12 @@ func (s *slot) step(ev replica.Event) *replica.FetchAnswer {
 				}
 				w.chk.truncated(p.n, s.tp, s.log)
 				pending = append(pending, replica.Truncated{LEO: s.log.leo()})
+			case replica.TruncateFully:
+				// The simulator's logs all start at offset 0 (retention
+				// and DeleteRecords are not simulated) and its leaders'
+				// answers give no log start, so no machine has a reason
+				// to ask this.
+				panic(fmt.Sprintf("node %d.%d: %s asked to restart its log at %d, but no simulated leader moves its log start", p.n.id, p.inc, w.tpName(s.tp), e.Offset))
 			case replica.Fetch:
 				p.fetcher(e.Leader).want(fetchWant{tp: s.tp, leaderEpoch: e.LeaderEpoch, offset: e.Offset})
 			}
