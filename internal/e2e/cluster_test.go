@@ -116,36 +116,13 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and three nodes")
 	}
-	etcd := startEtcd(t)
-	prefix := "/groupd/" + t.Name()
-	addrs := make([]string, 3)
-	nodes := make([]*app.App, 3)
-	for i := range nodes {
-		addrs[i] = freeAddr(t)
-		nodes[i] = startServer(t, t.TempDir(), inCluster(etcd, prefix, int32(i+1), addrs[i]))
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RequiredAcks(kgo.AllISRAcks()),
+	// Every node knows all three before the topic is placed over three.
+	c := startLocalCluster(t, ctx, nil, kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.DefaultProduceTopic("replicated"), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RetryTimeout(30*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	// Every node registers before the topic is placed over three.
-	waitUntil(t, ctx, func() error {
-		ids, controller, err := liveBrokers(ctx, cl)
-		if err != nil {
-			return err
-		}
-		if len(ids) != 3 || controller < 1 {
-			return fmt.Errorf("brokers %v, controller %d", ids, controller)
-		}
-		return nil
-	})
+	addrs, nodes, cl, adm := c.addrs, c.nodes, c.cl, c.adm
 	res, err := adm.CreateTopic(ctx, 2, 3, nil, "replicated")
 	if err != nil || res.Err != nil {
 		t.Fatalf("create topic: %v %v", err, res.Err)
