@@ -150,21 +150,7 @@ func (l *Log) TruncateTo(offset int64) error {
 	if offset < 0 {
 		return fmt.Errorf("truncate to offset %d: negative", offset)
 	}
-	l.maintMu.Lock()
-	defer l.maintMu.Unlock()
-	l.syncMu.Lock()
-	defer l.syncMu.Unlock()
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	if l.isClosed() {
-		return ErrClosed
-	}
-	if l.failed != nil {
-		return fmt.Errorf("%w: %v", ErrFailed, l.failed)
-	}
-	err := l.truncate(offset)
-	l.closeRetired(false)
-	return err
+	return l.truncateLocking(offset, false)
 }
 
 // TruncateFullyAndStartAt deletes every record and restarts the log empty
@@ -187,6 +173,12 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	if offset < 0 {
 		return fmt.Errorf("truncate fully and start at offset %d: negative", offset)
 	}
+	return l.truncateLocking(offset, true)
+}
+
+// truncateLocking is truncateWith under every lock of the log: appends,
+// syncs, retention and the cleaner wait for it.
+func (l *Log) truncateLocking(offset int64, full bool) error {
 	l.maintMu.Lock()
 	defer l.maintMu.Unlock()
 	l.syncMu.Lock()
@@ -199,7 +191,7 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	if l.failed != nil {
 		return fmt.Errorf("%w: %v", ErrFailed, l.failed)
 	}
-	err := l.truncateWith(offset, true)
+	err := l.truncateWith(offset, full)
 	l.closeRetired(false)
 	return err
 }
