@@ -117,17 +117,9 @@ func TestTruncateFullyCrash(t *testing.T) {
 			for n := 0; ; n++ {
 				fx := newTruncFixture(t)
 				l := fx.open(t)
-				calls := 0
-				var at string
-				l.stopAt = func(step string) bool {
-					calls++
-					if calls == n+1 {
-						at = step
-						return true
-					}
-					return false
-				}
+				stopped := stopAtStep(l, n)
 				err := l.TruncateFullyAndStartAt(offset)
+				at := *stopped
 				if at == "" {
 					if err != nil {
 						t.Fatal(err)
@@ -141,19 +133,7 @@ func TestTruncateFullyCrash(t *testing.T) {
 					return
 				}
 				steps = append(steps, at)
-				if !errors.Is(err, errStopped) {
-					t.Fatalf("stopped at %q: %v", at, err)
-				}
-				if at != "planned" {
-					if _, err := l.Append([][]byte{plain(1, 1, 0)}); !errors.Is(err, ErrFailed) {
-						t.Fatalf("stopped at %q: an append was taken (%v)", at, err)
-					}
-				}
-				crashLog(l)
-				l2, err := Open(fx.dir, fx.opts)
-				if err != nil {
-					t.Fatalf("stopped at %q: reopening refused: %v", at, err)
-				}
+				l2 := reopenAfterStop(t, fx, l, at, err)
 				what := fmt.Sprintf("stopped at %q", at)
 				if at == "planned" {
 					if l2.LogStartOffset() != 0 {

@@ -353,17 +353,9 @@ func TestTruncateCrash(t *testing.T) {
 					}
 					oldStart = c.logStart
 				}
-				calls := 0
-				var at string
-				l.stopAt = func(step string) bool {
-					calls++
-					if calls == n+1 {
-						at = step
-						return true
-					}
-					return false
-				}
+				stopped := stopAtStep(l, n)
 				err := l.TruncateTo(offset)
+				at := *stopped
 				if at == "" {
 					if err != nil {
 						t.Fatal(err)
@@ -375,19 +367,7 @@ func TestTruncateCrash(t *testing.T) {
 					return
 				}
 				steps = append(steps, at)
-				if !errors.Is(err, errStopped) {
-					t.Fatalf("stopped at %q: %v", at, err)
-				}
-				if at != "planned" {
-					if _, err := l.Append([][]byte{plain(1, 1, 0)}); !errors.Is(err, ErrFailed) {
-						t.Fatalf("stopped at %q: an append was taken (%v)", at, err)
-					}
-				}
-				crashLog(l)
-				l2, err := Open(fx.dir, fx.opts)
-				if err != nil {
-					t.Fatalf("stopped at %q: reopening refused: %v", at, err)
-				}
+				l2 := reopenAfterStop(t, fx, l, at, err)
 				what := fmt.Sprintf("stopped at %q", at)
 				if at == "planned" {
 					if l2.LogStartOffset() != oldStart {
@@ -480,4 +460,43 @@ func TestTruncateWhileReading(t *testing.T) {
 	for err := range errc {
 		t.Fatal(err)
 	}
+}
+
+// stopAtStep makes l's next truncation stop at the (n+1)th step it
+// reaches; the string it points to names that step once the truncation
+// returns ("" if it went through).
+func stopAtStep(l *Log, n int) *string {
+	calls := 0
+	var at string
+	l.stopAt = func(step string) bool {
+		calls++
+		if calls == n+1 {
+			at = step
+			return true
+		}
+		return false
+	}
+	return &at
+}
+
+// reopenAfterStop checks what a truncation stopped at step at returned
+// (err) and left: past "planned" the log refuses appends until it is
+// reopened. It then crashes l and reopens its directory, which must not
+// refuse.
+func reopenAfterStop(t *testing.T, fx *truncFixture, l *Log, at string, err error) *Log {
+	t.Helper()
+	if !errors.Is(err, errStopped) {
+		t.Fatalf("stopped at %q: %v", at, err)
+	}
+	if at != "planned" {
+		if _, err := l.Append([][]byte{plain(1, 1, 0)}); !errors.Is(err, ErrFailed) {
+			t.Fatalf("stopped at %q: an append was taken (%v)", at, err)
+		}
+	}
+	crashLog(l)
+	l2, err := Open(fx.dir, fx.opts)
+	if err != nil {
+		t.Fatalf("stopped at %q: reopening refused: %v", at, err)
+	}
+	return l2
 }
