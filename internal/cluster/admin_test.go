@@ -19,10 +19,7 @@ import (
 // at once. A cancellation with none under way is refused.
 func TestReassignThenCancelReverts(t *testing.T) {
 	c := newTestCluster(t)
-	for id := int32(1); id <= 3; id++ {
-		c.start(id)
-	}
-	c.eventually("three nodes and a controller", func(v *view.View) bool { return len(v.Nodes) == 3 && v.Controller != nil })
+	c.startThree()
 	id := meta.ID{9}
 	tp := view.TP{Topic: id, Partition: 0}
 	c.createTopic("moves", id, [][]int32{{1, 2}})
@@ -77,10 +74,7 @@ func TestReassignThenCancelReverts(t *testing.T) {
 // election moves leadership back to the first replica at a new epoch.
 func TestRequestedPreferredElection(t *testing.T) {
 	c := newTestCluster(t)
-	for id := int32(1); id <= 3; id++ {
-		c.start(id)
-	}
-	c.eventually("three nodes and a controller", func(v *view.View) bool { return len(v.Nodes) == 3 && v.Controller != nil })
+	c.startThree()
 	id := meta.ID{8}
 	tp := view.TP{Topic: id, Partition: 0}
 	// The second replica leads: the state is written as if leadership

@@ -65,6 +65,22 @@ func (c *testCluster) start(id int32, options ...func(*Config)) *Node {
 	return n
 }
 
+// startThree starts nodes 1 to 3 and waits until every node sees them
+// all and a controller.
+func (c *testCluster) startThree() {
+	c.t.Helper()
+	for id := int32(1); id <= 3; id++ {
+		c.start(id)
+	}
+	c.awaitThree()
+}
+
+// awaitThree waits until every node sees three nodes and a controller.
+func (c *testCluster) awaitThree() {
+	c.t.Helper()
+	c.eventually("three nodes and a controller", func(v *view.View) bool { return len(v.Nodes) == 3 && v.Controller != nil })
+}
+
 // eventually waits, in real time, until every node's view satisfies cond.
 func (c *testCluster) eventually(what string, cond func(v *view.View) bool) {
 	c.t.Helper()
@@ -134,12 +150,7 @@ func (c *testCluster) createTopic(name string, id meta.ID, replicas [][]int32) {
 // reach etcd.
 func TestControllerElectsNewLeaderWhenANodeIsCutOff(t *testing.T) {
 	c := newTestCluster(t)
-	for id := int32(1); id <= 3; id++ {
-		c.start(id)
-	}
-	c.eventually("every node sees three nodes and a controller", func(v *view.View) bool {
-		return len(v.Nodes) == 3 && v.Controller != nil
-	})
+	c.startThree()
 	tid := meta.ID{9}
 	c.createTopic("orders", tid, [][]int32{{2, 3, 1}, {3, 1, 2}})
 	tp := view.TP{Topic: tid, Partition: 0}
@@ -195,10 +206,7 @@ func TestRegistrationSaysWhetherTheDiskIsEmpty(t *testing.T) {
 // controller key at the next controller epoch and goes on deciding.
 func TestControllerFailover(t *testing.T) {
 	c := newTestCluster(t)
-	for id := int32(1); id <= 3; id++ {
-		c.start(id)
-	}
-	c.eventually("a controller", func(v *view.View) bool { return len(v.Nodes) == 3 && v.Controller != nil })
+	c.startThree()
 	first := c.nodes[1].View().Controller.Controller
 	c.setCut(first.NodeID, true)
 	c.advance(12 * time.Second)

@@ -347,7 +347,7 @@ func TestReplicationAcksAllAndFailover(t *testing.T) {
 	for id := int32(1); id <= 3; id++ {
 		net.start(id)
 	}
-	c.eventually("three nodes and a controller", func(v *view.View) bool { return len(v.Nodes) == 3 && v.Controller != nil })
+	c.awaitThree()
 	tid := meta.ID{5}
 	tp := view.TP{Topic: tid}
 	c.createTopic("orders", tid, [][]int32{{1, 2, 3}})
@@ -454,7 +454,7 @@ func TestReplicasOfADeletedTopicAreDropped(t *testing.T) {
 	for id := int32(1); id <= 3; id++ {
 		net.start(id)
 	}
-	c.eventually("three nodes and a controller", func(v *view.View) bool { return len(v.Nodes) == 3 && v.Controller != nil })
+	c.awaitThree()
 	tid := meta.ID{6}
 	tp := view.TP{Topic: tid}
 	c.createTopic("doomed", tid, [][]int32{{1, 2, 3}})
@@ -492,7 +492,7 @@ func TestReplicasMaxLag(t *testing.T) {
 	for id := int32(1); id <= 3; id++ {
 		net.start(id)
 	}
-	c.eventually("three nodes and a controller", func(v *view.View) bool { return len(v.Nodes) == 3 && v.Controller != nil })
+	c.awaitThree()
 	tp := view.TP{Topic: meta.ID{6}}
 	c.createTopic("lagging", tp.Topic, [][]int32{{1, 2, 3}})
 	lag := func(node int32, want int64) {

@@ -62,10 +62,7 @@ func TestPlace(t *testing.T) {
 // never overlap.
 func TestCreateTopicThroughTheController(t *testing.T) {
 	c := newTestCluster(t)
-	for id := int32(1); id <= 3; id++ {
-		c.start(id)
-	}
-	c.eventually("three nodes and a controller", func(v *view.View) bool { return len(v.Nodes) == 3 && v.Controller != nil })
+	c.startThree()
 	ctx := context.Background()
 	topic, err := c.nodes[2].CreateTopic(ctx, "events", 4, 3, map[string]string{"min.insync.replicas": "2"})
 	if err != nil {
