@@ -159,15 +159,15 @@ func (p *Proxy) applyLocked(c *conn) bool {
 	if p.cut == nil || !p.cut.applies(c.class) {
 		return false
 	}
-	switch p.cut.mode {
-	case Reset:
-		c.close(true)
-	default:
-		if c.starved.Swap(true) {
-			return true // counted already
-		}
+	if p.cut.mode != Reset && c.starved.Swap(true) {
+		return true // counted already
 	}
+	// Counted before the close, so a client that sees the reset also
+	// sees it counted.
 	p.cuts.Add(1)
+	if p.cut.mode == Reset {
+		c.close(true)
+	}
 	return true
 }
 
