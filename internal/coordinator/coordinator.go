@@ -54,6 +54,7 @@ import (
 	"github.com/groupd/groupd/internal/group/consumer"
 	"github.com/groupd/groupd/internal/group/core"
 	"github.com/groupd/groupd/internal/store"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -90,6 +91,14 @@ type Config struct {
 	Topics func() []group.Topic
 	// Hooks let a simulation pace and watch the runtime; see Hooks.
 	Hooks Hooks
+	// Owned makes every shard wait to be owned (Own) before it loads,
+	// and unload when disowned (Disown): the shards of a cluster, each
+	// served by the node that leads its partition. Without it every
+	// shard is this node's from the start.
+	Owned bool
+	// ShardOf maps a group to its shard; store.ShardOf if nil. It must
+	// be the store's mapping too.
+	ShardOf func(groupID string, shards int) int
 }
 
 // Coordinator serves the group APIs over sharded group machines.
@@ -128,6 +137,9 @@ func New(cfg Config) *Coordinator {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.ShardOf == nil {
+		cfg.ShardOf = store.ShardOf
+	}
 	if cfg.Seed == 0 {
 		// Real time, not the configured clock: a virtual clock starts
 		// at the same instant every run.
@@ -162,6 +174,12 @@ func New(cfg Config) *Coordinator {
 		}
 		s := newShard(i, &cfg, gcfg)
 		s.failures = c.failures
+		if cfg.Owned {
+			// No shard loads before it is owned, so WaitLoad has
+			// nothing to wait for; a shard that cannot load its
+			// records is reported by Failed.
+			close(s.tried)
+		}
 		c.shards = append(c.shards, s)
 	}
 	for _, s := range c.shards {
@@ -172,7 +190,7 @@ func New(cfg Config) *Coordinator {
 }
 
 func (c *Coordinator) shardOf(groupID string) *shard {
-	return c.shards[store.ShardOf(groupID, len(c.shards))]
+	return c.shards[c.cfg.ShardOf(groupID, len(c.shards))]
 }
 
 // Close stops the shards after the events already queued. Requests still
@@ -384,7 +402,7 @@ type part struct {
 func (c *Coordinator) split(ids []string) []*part {
 	byShard := map[int]*part{}
 	for i, id := range ids {
-		n := store.ShardOf(id, len(c.shards))
+		n := c.cfg.ShardOf(id, len(c.shards))
 		p := byShard[n]
 		if p == nil {
 			p = &part{shard: c.shards[n]}
@@ -565,6 +583,9 @@ func (c *Coordinator) listGroups(ctx context.Context, clientID, clientHost strin
 	out.Version = r.Version
 	for _, p := range parts {
 		got := p.resp.(*kmsg.ListGroupsResponse)
+		if got.ErrorCode == kerr.NotCoordinator.Code {
+			continue // another node's shard: it lists its groups
+		}
 		if out.ErrorCode == 0 {
 			out.ErrorCode = got.ErrorCode
 		}

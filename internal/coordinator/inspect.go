@@ -67,6 +67,9 @@ func (c *Coordinator) Groups(ctx context.Context) ([]inspect.GroupSummary, error
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if !s.isOwned() {
+				return // another node's groups
+			}
 			var got []inspect.GroupSummary
 			errs[i] = s.view(ctx, func(m *group.Machine) { got = m.Summaries(s.clock.Now(), hwm) })
 			if errs[i] == nil {
@@ -96,6 +99,9 @@ func (c *Coordinator) Groups(ctx context.Context) ([]inspect.GroupSummary, error
 // partition it committed.
 func (c *Coordinator) Group(ctx context.Context, groupID string) (inspect.Group, bool, error) {
 	s := c.shardOf(groupID)
+	if !s.isOwned() {
+		return inspect.Group{}, false, nil // another node coordinates it
+	}
 	var g inspect.Group
 	var ok bool
 	if err := s.view(ctx, func(m *group.Machine) { g, ok = m.Describe(groupID, s.clock.Now()) }); err != nil || !ok {
@@ -119,6 +125,9 @@ func (c *Coordinator) Group(ctx context.Context, groupID string) (inspect.Group,
 // rebalance in progress (if any) last.
 func (c *Coordinator) Rebalances(ctx context.Context, groupID string) ([]inspect.Rebalance, bool, error) {
 	s := c.shardOf(groupID)
+	if !s.isOwned() {
+		return nil, false, nil
+	}
 	var rs []inspect.Rebalance
 	var ok bool
 	if err := s.view(ctx, func(m *group.Machine) { rs, ok = m.Rebalances(groupID, s.clock.Now()) }); err != nil {

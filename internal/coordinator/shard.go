@@ -136,14 +136,20 @@ type shard struct {
 	queue  []event
 	loaded bool // requests are accepted only when loaded
 	closed bool
+	// owned and ownGen matter only with Config.Owned: the shard serves
+	// while this node owns it, and each Own is a new generation, which
+	// the loaded machine must be of (loadedGen).
+	owned  bool
+	ownGen uint64
 	// down is set when the shard's machine panicked again while being
 	// rebuilt (goDown): its groups are answered COORDINATOR_NOT_AVAILABLE.
 	down bool
 	wake chan struct{} // capacity 1: a pending wake-up
 
-	done  chan struct{} // closed when the loop has exited
-	ready chan struct{} // closed when the first load completed
-	tried chan struct{} // closed when the first load attempt ended, however
+	done      chan struct{} // closed when the loop has exited
+	ready     chan struct{} // closed when the first load completed
+	readyOnce sync.Once
+	tried     chan struct{} // closed when the first load attempt ended, however
 
 	// stepped counts the events the loop has stepped, for tests.
 	stepped atomic.Uint64
@@ -167,6 +173,8 @@ type shard struct {
 
 	// Loop-owned.
 	m *group.Machine
+	// loadedGen is the ownership generation the shard loaded for.
+	loadedGen uint64
 	// broken is set when a step panicked (contain): the machine is gone
 	// and nothing is stepped until the loop has rebuilt it.
 	broken  bool
@@ -242,7 +250,7 @@ func (s *shard) enqueue(ev event) {
 func (s *shard) submit(cl *call) kmsg.Response {
 	s.mu.Lock()
 	switch {
-	case s.closed:
+	case s.closed, s.cfg.Owned && !s.owned:
 		s.mu.Unlock()
 		return ErrorResponse(cl.req, kerr.NotCoordinator.Code)
 	case s.down:
@@ -344,15 +352,29 @@ func (s *shard) run() {
 	defer close(s.done)
 	defer s.busy(-1)
 	defer s.shutdown()
-	if !s.loadWithRetry(false) {
-		return
-	}
-	close(s.ready)
 	go s.writer()
 	// Every way out of the loop first waits for the batch in flight, so
 	// the writer is idle when it is told to stop.
 	defer close(s.toWrite)
-	s.armRetention()
+	for {
+		if !s.awaitOwner() {
+			return
+		}
+		if s.loadWithRetry(false) {
+			s.readyOnce.Do(func() { close(s.ready) })
+			s.armRetention()
+			s.serve()
+		}
+		if !s.lostOwnership() {
+			return // closed, or stopped on a record it cannot load
+		}
+		s.resign()
+	}
+}
+
+// serve steps the events of the loaded machine until the shard closes,
+// stops, or loses its ownership.
+func (s *shard) serve() {
 	for {
 		s.idle()
 		s.own.Unlock()
@@ -363,6 +385,13 @@ func (s *shard) run() {
 		case b = <-s.written:
 		}
 		s.own.Lock()
+		if s.lostOwnership() {
+			if b != nil {
+				s.inflight = nil
+				s.settle(b)
+			}
+			return
+		}
 		if b != nil && !s.landed(b) {
 			return
 		}
@@ -507,6 +536,11 @@ func (s *shard) landed(b *batch) bool {
 	if b.err == nil {
 		s.recycle(b)
 		return true
+	}
+	if s.lostOwnership() {
+		// Not rebuilt here: the shard resigns (run).
+		s.failLanded(b)
+		return false
 	}
 	s.log.Error("store write failed; failing replies and reloading the shard from the store",
 		"records", len(b.recs), "replies", len(b.hold), "later replies", len(s.cur.hold), "err", b.err)
@@ -734,7 +768,7 @@ func (s *shard) loadWithRetry(reload bool) bool {
 		s.mu.Lock()
 		closed := s.closed
 		s.mu.Unlock()
-		if closed {
+		if closed || s.lostOwnership() {
 			return false
 		}
 		retry := make(chan struct{})
@@ -753,7 +787,7 @@ func (s *shard) loadWithRetry(reload bool) bool {
 				s.mu.Lock()
 				closed := s.closed
 				s.mu.Unlock()
-				if closed {
+				if closed || s.lostOwnership() {
 					if !stop() {
 						// The retry fired or is firing; take
 						// its wake-up so the count stays right.

@@ -18,6 +18,9 @@ func (c *Coordinator) DeleteTopicOffsets(ctx context.Context, topics []string) e
 		return nil
 	}
 	for _, s := range c.shards {
+		if !s.isOwned() {
+			continue // the node that owns it removes them there
+		}
 		select {
 		case <-s.ready:
 		case <-s.done:
