@@ -17,8 +17,9 @@ const (
 	keyTypeTransaction = 1
 )
 
-// findCoordinator names this node for every group: one node coordinates
-// all of them. There is no transaction coordinator.
+// findCoordinator names the node that coordinates each group: this one
+// on a single node, the leader of the group's partition of
+// __consumer_offsets in a cluster. There is no transaction coordinator.
 func (h *Handler) findCoordinator(ctx context.Context, r *server.Request) (kmsg.Response, error) {
 	req := r.Msg.(*kmsg.FindCoordinatorRequest)
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
@@ -27,9 +28,9 @@ func (h *Handler) findCoordinator(ctx context.Context, r *server.Request) (kmsg.
 		case keyTypeGroup:
 			if h.cl != nil {
 				h.ensureClusterOffsetsTopic(ctx)
-				n, ok := h.cl.coordinatorNode()
-				if !ok {
-					return -1, "", -1, kerr.CoordinatorNotAvailable.Code, strp("no controller is elected")
+				n, err := h.cl.groupCoordinator(key)
+				if err != nil {
+					return -1, "", -1, errCode(err), errMessage(err)
 				}
 				return n.ID, n.Host, n.Port, 0, nil
 			}

@@ -15,8 +15,8 @@ import (
 	"github.com/groupd/groupd/internal/cluster"
 	"github.com/groupd/groupd/internal/cluster/meta"
 	"github.com/groupd/groupd/internal/cluster/view"
-	"github.com/groupd/groupd/internal/coordinator"
 	"github.com/groupd/groupd/internal/fetchsession"
+	"github.com/groupd/groupd/internal/offsetstopic"
 	"github.com/groupd/groupd/internal/partition"
 	"github.com/groupd/groupd/internal/replica"
 	"github.com/groupd/groupd/internal/server"
@@ -582,30 +582,26 @@ func (h *Handler) clusterProducerID(ctx context.Context) (int64, error) {
 
 // --- the group coordinator ---
 
-// coordinatorNode is the node that coordinates every group of the
-// cluster: the controller. The coordinator's records are in that node's
-// own store, so a group that moves to another node starts there afresh
-// (see docs/cluster.md).
-func (c *clusterMode) coordinatorNode() (meta.NodeInfo, bool) {
+// groupCoordinator is the node that coordinates a group: the leader of
+// its partition of __consumer_offsets, as in Kafka, whose records hold
+// the group. Without a live leader the answer is
+// COORDINATOR_NOT_AVAILABLE, which clients retry.
+func (c *clusterMode) groupCoordinator(groupID string) (meta.NodeInfo, error) {
 	v := c.Node.View()
-	id := v.ControllerID()
-	n, ok := v.Nodes[id]
-	return n, ok && id >= 0
-}
-
-// coordinatesHere reports whether this node coordinates the groups.
-func (c *clusterMode) coordinatesHere() bool {
-	n, ok := c.coordinatorNode()
-	return ok && n.ID == c.Node.ID()
-}
-
-// notCoordinator answers a group request this node does not coordinate.
-// ListGroups lists the groups this node coordinates: none.
-func notCoordinator(req kmsg.Request) kmsg.Response {
-	if lg, ok := req.(*kmsg.ListGroupsRequest); ok {
-		return lg.ResponseKind()
+	t, ok := v.Topic(broker.OffsetsTopicName)
+	if !ok || len(t.Partitions) == 0 {
+		return meta.NodeInfo{}, detail(kerr.CoordinatorNotAvailable, "%s is being created", broker.OffsetsTopicName)
 	}
-	return coordinator.ErrorResponse(req, kerr.NotCoordinator.Code)
+	p := offsetstopic.PartitionFor(groupID, len(t.Partitions))
+	st, ok := v.States[view.TP{Topic: t.ID, Partition: p}]
+	if !ok || st.Leader == meta.NoLeader || !v.Alive(st.Leader) {
+		return meta.NodeInfo{}, detail(kerr.CoordinatorNotAvailable, "partition %d of %s has no leader", p, broker.OffsetsTopicName)
+	}
+	n, ok := v.Nodes[st.Leader]
+	if !ok {
+		return meta.NodeInfo{}, detail(kerr.CoordinatorNotAvailable, "the leader of partition %d of %s is not registered", p, broker.OffsetsTopicName)
+	}
+	return n, nil
 }
 
 // --- __consumer_offsets ---
@@ -615,10 +611,9 @@ func notCoordinator(req kmsg.Request) kmsg.Response {
 const offsetsTopicReplicas = 3
 
 // ensureOffsetsTopic creates __consumer_offsets in the cluster, as Kafka
-// does when a group coordinator is first looked for, so that Metadata
-// lists it as an internal topic and regular expressions can match it. The
-// coordinator keeps its records in its own store, so its partitions stay
-// empty. A failure is logged, and tried again on the next group request.
+// does when a group coordinator is first looked for: its partitions hold
+// the coordinator's records, and their leaders coordinate the groups. A
+// failure is logged, and tried again on the next group request.
 func (h *Handler) ensureClusterOffsetsTopic(ctx context.Context) {
 	c := h.cl
 	if c.offsetsTopic.Load() {

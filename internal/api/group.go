@@ -38,12 +38,6 @@ func (h *Handler) coordinateThen(ctx context.Context, r *server.Request, then fu
 	}
 	l := laters.Get().(*later)
 	l.brief, l.ctx, l.then = !parks(r.Msg), ctx, then
-	if h.cl != nil && !h.cl.coordinatesHere() {
-		// The client looks for the coordinator again (FindCoordinator).
-		l.brief = true
-		l.pending.Answer(notCoordinator(r.Msg))
-		return l
-	}
 	h.coord.Start(ctx, r.Header.ClientID, r.ClientHost(), r.Msg, &l.pending)
 	return l
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/groupd/groupd/internal/api"
 	"github.com/groupd/groupd/internal/broker"
 	"github.com/groupd/groupd/internal/coordinator"
+	"github.com/groupd/groupd/internal/coordlog"
 	"github.com/groupd/groupd/internal/datadir"
 	"github.com/groupd/groupd/internal/fetchsession"
 	"github.com/groupd/groupd/internal/group"
@@ -196,11 +197,19 @@ func Start(cfg Config) (*App, error) {
 	}
 	hwOf, topics := highWatermark(b), topicsOf(b)
 	cs := new(atomic.Pointer[clusterSide])
+	ccfg := coordinator.Config{Group: cfg.Group, Store: st, Logger: cfg.Logger, Observer: cobs, Hooks: faultHooks()}
+	var owners *shardOwners
 	if cfg.Cluster.Enabled() {
 		hwOf, topics = clusterHighWatermark(cs), clusterTopics(cs)
+		// The shards are the partitions of __consumer_offsets, served
+		// by their leaders, their records replicated with them.
+		owners = newShardOwners(cfg.Logger)
+		ccfg.Owned, ccfg.ShardOf = true, coordlog.ShardOf
+		ccfg.Shards = int(b.OffsetsTopicPartitions())
+		ccfg.Store = coordlog.New(coordlog.Config{Partitions: ccfg.Shards, Partition: offsetsPartitions(cs), Logger: cfg.Logger})
 	}
-	coord := coordinator.New(coordinator.Config{Group: cfg.Group, Store: st, Logger: cfg.Logger,
-		HighWatermark: hwOf, Observer: cobs, Topics: topics, Hooks: faultHooks()})
+	ccfg.HighWatermark, ccfg.Topics = hwOf, topics
+	coord := coordinator.New(ccfg)
 	// Read the coordinator's records before listening, so that one that
 	// does not decode stops the start instead of a shard.
 	if err := coord.WaitLoad(context.Background()); err != nil {
@@ -233,7 +242,14 @@ func Start(cfg Config) (*App, error) {
 	if cfg.Cluster.Enabled() {
 		// The node registers the address it listens on: other nodes'
 		// replicas fetch from it once it serves, retrying until then.
-		side, err = startCluster(context.Background(), cfg.Cluster, cfg.NodeID, host, port, b, cfg.Logger)
+		owners.setCoordinator(coord)
+		side, err = startCluster(context.Background(), cfg.Cluster, cfg.NodeID, host, port, b, cfg.Logger, owners.leadership)
+		if err == nil {
+			err = side.checkOffsetsTopic(ccfg.Shards)
+			if err != nil {
+				side.close()
+			}
+		}
 		if err != nil {
 			ln.Close()
 			coord.Close()

@@ -97,7 +97,9 @@ type clusterSide struct {
 // startCluster connects to etcd, registers the node at host:port, drops
 // the replicas of topics deleted while it was down, and starts its
 // replicas.
-func startCluster(ctx context.Context, cfg ClusterConfig, nodeID int32, host string, port int32, b *broker.Broker, log *slog.Logger) (*clusterSide, error) {
+func startCluster(ctx context.Context, cfg ClusterConfig, nodeID int32, host string, port int32, b *broker.Broker, log *slog.Logger,
+	leadership func(v *view.View, tp view.TP, leading bool, epoch int32),
+) (*clusterSide, error) {
 	var tlsCfg *tls.Config
 	if cfg.EtcdCACert != "" || cfg.EtcdCert != "" || cfg.EtcdKey != "" {
 		info := transport.TLSInfo{CertFile: cfg.EtcdCert, KeyFile: cfg.EtcdKey, TrustedCAFile: cfg.EtcdCACert}
@@ -134,10 +136,28 @@ func startCluster(ctx context.Context, cfg ClusterConfig, nodeID int32, host str
 	cs.reps = cluster.NewReplicas(cluster.ReplicasConfig{
 		Node: cs.node, Logs: brokerLogs{b}, Transport: cs.transport, Logger: log,
 		MinInsync: cfg.MinInsyncReplicas, LagTimeMax: cfg.ReplicaLagTimeMax,
+		Leadership: func(tp view.TP, leading bool, epoch int32) {
+			if leadership != nil {
+				leadership(cs.node.View(), tp, leading, epoch)
+			}
+		},
 	})
 	log.Info("joined the cluster", "node", nodeID, "etcd", cfg.EtcdEndpoints, "prefix", cfg.prefix(),
 		"nodes", len(cs.node.View().Nodes), "controller", cs.node.View().ControllerID())
 	return cs, nil
+}
+
+// checkOffsetsTopic refuses a start whose --offsets-topic-partitions
+// differs from the partition count of the cluster's __consumer_offsets:
+// the partition of a group is its hash modulo that count, so nodes that
+// disagree would look for a group's records in different partitions.
+func (cs *clusterSide) checkOffsetsTopic(partitions int) error {
+	t, ok := cs.node.View().Topic(broker.OffsetsTopicName)
+	if !ok || len(t.Partitions) == partitions {
+		return nil
+	}
+	return fmt.Errorf("the cluster's %s has %d partitions and this node was started with --offsets-topic-partitions %d: every node must use the topic's count",
+		broker.OffsetsTopicName, len(t.Partitions), partitions)
 }
 
 // applyTopicConfigs gives the replicas here the configs of every topic

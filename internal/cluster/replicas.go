@@ -119,6 +119,11 @@ type ReplicasConfig struct {
 	// FetchWait is how long a follower's fetch waits at the leader for
 	// records (replica.fetch.wait.max.ms).
 	FetchWait time.Duration
+	// Leadership, if set, is told whenever this node starts or stops
+	// leading a partition, or leads it at a new leader epoch (epoch is
+	// -1 when it stops). It is called under the replica's lock, after
+	// the step that changed it: it must not block nor call the replica.
+	Leadership func(tp view.TP, leading bool, epoch int32)
 }
 
 // Replicas runs the replicas this node holds: one replica.Machine per
@@ -281,7 +286,7 @@ func (r *Replicas) open(t meta.Topic, tp view.TP) (*slot, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &slot{r: r, tp: tp, log: l, acks: map[replica.RequestID]chan error{}, stepped: make(chan struct{}), toldStart: l.LogStartOffset()}
+	s := &slot{r: r, tp: tp, log: l, acks: map[replica.RequestID]chan error{}, stepped: make(chan struct{}), toldStart: l.LogStartOffset(), ledAt: -1}
 	s.m = replica.New(replica.Config{Node: r.node.ID(), LagTimeMax: r.cfg.LagTimeMax,
 		LeaseMargin: r.node.cfg.SessionTimeout / 10, Epochs: l},
 		replica.Local{LogStart: l.LogStartOffset(), LEO: l.LogEndOffset(), HW: l.HighWatermark()})
@@ -346,6 +351,9 @@ type slot struct {
 	stepped chan struct{}
 	// toldStart is the log start offset the machine last heard of.
 	toldStart int64
+	// ledAt is the leader epoch ReplicasConfig.Leadership was last told
+	// this node leads at, -1 if none.
+	ledAt int32
 }
 
 // step steps the machine with ev and performs its effects.
@@ -403,6 +411,7 @@ func (s *slot) stepLocked(ev replica.Event) *replica.FetchAnswer {
 			}
 		}
 	}
+	s.tellLeadership()
 	s.schedule(now)
 	close(s.stepped)
 	s.stepped = make(chan struct{})
@@ -422,10 +431,27 @@ func (s *slot) schedule(now time.Time) {
 	s.timer = s.r.node.Clock().AfterFunc(max(at.Sub(now), 0), func() { s.step(replica.Tick{}) })
 }
 
+// tellLeadership tells ReplicasConfig.Leadership of a change of role or
+// epoch, under s.mu.
+func (s *slot) tellLeadership() {
+	at := int32(-1)
+	if !s.stopped && s.m.Role() == replica.RoleLeader {
+		at = s.m.LeaderEpoch()
+	}
+	if at == s.ledAt {
+		return
+	}
+	s.ledAt = at
+	if f := s.r.cfg.Leadership; f != nil {
+		f(s.tp, at >= 0, at)
+	}
+}
+
 func (s *slot) stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopped = true
+	s.tellLeadership()
 	close(s.stepped) // a WaitLowWatermark sees it stopped
 	s.stepped = make(chan struct{})
 	if s.timer != nil {

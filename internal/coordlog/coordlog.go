@@ -191,7 +191,7 @@ func (s *Store) Load(shard int, fn func(group.Record) error) error {
 	if err != nil {
 		return fmt.Errorf("%w: partition %d: %w", ErrNoLeader, shard, err)
 	}
-	if err := p.Leading(); err != nil {
+	if err := awaitLeading(p); err != nil {
 		return fmt.Errorf("%w: partition %d: %w", ErrNoLeader, shard, err)
 	}
 	skipped := 0
@@ -237,6 +237,23 @@ func (s *Store) Load(shard int, fn func(group.Record) error) error {
 		s.cfg.Logger.Warn("skipped records of a type groupd does not know; they stay in the log", "partition", shard, "records", skipped)
 	}
 	return nil
+}
+
+// leadingWait bounds how long Load waits for a replica that has just
+// been made leader to take its leadership: the state that makes it leader
+// and the lease that lets it act on it arrive one after the other.
+const leadingWait = time.Second
+
+// awaitLeading waits, up to leadingWait, until p is led by this node.
+func awaitLeading(p Partition) error {
+	deadline := time.Now().Add(leadingWait)
+	for {
+		err := p.Leading()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Close does nothing: the partitions are the cluster's.

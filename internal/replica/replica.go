@@ -427,6 +427,15 @@ func (m *Machine) setState(p Partition) {
 // Role is this node's role for the partition.
 func (m *Machine) Role() Role { return m.role }
 
+// LeaderEpoch is the leader epoch of the partition state the machine
+// has (-1 before it has one).
+func (m *Machine) LeaderEpoch() int32 {
+	if !m.hasState {
+		return -1
+	}
+	return m.p.LeaderEpoch
+}
+
 // HW is the high watermark as this replica knows it.
 func (m *Machine) HW() int64 { return m.hw }
 
