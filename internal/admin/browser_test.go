@@ -137,6 +137,15 @@ func TestStatusPageInBrowser(t *testing.T) {
 		if len(history) != len(rs) {
 			t.Errorf("group %q: history has %d rows, want %d", id, len(history), len(rs))
 		}
+		// A group that moved to its coordinator in a cluster says from
+		// where, and how long the load took; the others show no tile.
+		if mv := src.groups[id].CoordinatorMove; mv != nil {
+			if want := fmt.Sprintf("Coordinatornode %d ← node %d · loaded in %d ms", mv.To, mv.From, mv.LoadMs); !strings.Contains(tiles, want) {
+				t.Errorf("group %q: tiles %q lack %q", id, tiles, want)
+			}
+		} else if strings.Contains(tiles, "Coordinator") {
+			t.Errorf("group %q: a coordinator tile without a move: %q", id, tiles)
+		}
 		if id == busyGroup {
 			if lag := text(byID(doc, "offsets")); !strings.Contains(lag, "4,512") {
 				t.Errorf("busy group's lag table lacks partition 3's lag 4,512: %q", lag)

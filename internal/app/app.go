@@ -204,9 +204,11 @@ func Start(cfg Config) (*App, error) {
 		// The shards are the partitions of __consumer_offsets, served
 		// by their leaders, their records replicated with them.
 		owners = newShardOwners(cfg.Logger)
-		ccfg.Owned, ccfg.ShardOf = true, coordlog.ShardOf
+		ccfg.Owned, ccfg.ShardOf, ccfg.NodeID = true, coordlog.ShardOf, cfg.NodeID
+		ccfg.Group.LoadTrigger = inspect.TriggerCoordinatorMoved
 		ccfg.Shards = int(b.OffsetsTopicPartitions())
-		ccfg.Store = coordlog.New(coordlog.Config{Partitions: ccfg.Shards, Partition: offsetsPartitions(cs), Logger: cfg.Logger})
+		ccfg.Store = coordlog.New(coordlog.Config{Partitions: ccfg.Shards, Partition: offsetsPartitions(cs),
+			NodeID: cfg.NodeID, Logger: cfg.Logger})
 	}
 	ccfg.HighWatermark, ccfg.Topics = hwOf, topics
 	coord := coordinator.New(ccfg)

@@ -99,6 +99,8 @@ type Config struct {
 	// ShardOf maps a group to its shard; store.ShardOf if nil. It must
 	// be the store's mapping too.
 	ShardOf func(groupID string, shards int) int
+	// NodeID is this node, named as where an owned shard moved to.
+	NodeID int32
 }
 
 // Coordinator serves the group APIs over sharded group machines.

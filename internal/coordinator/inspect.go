@@ -30,6 +30,18 @@ type Observer interface {
 	ShardPanic(shard int, down bool)
 }
 
+// LoadObserver is an Observer that is also told of every load of an
+// owned shard (Config.Owned): a coordinator move to this node.
+type LoadObserver interface {
+	ShardLoaded(shard int, move inspect.CoordinatorMove)
+}
+
+// lastWriter is a store that knows which node last wrote a shard's
+// records, as of its last Load (coordlog).
+type lastWriter interface {
+	LastWriter(shard int) (node int32, ok bool)
+}
+
 // ErrNotServing is returned by the inspect methods for a group whose shard
 // is loading or closed. It matches inspect.ErrUnavailable, so that readers
 // of an inspect.Source know to try again.
@@ -71,7 +83,12 @@ func (c *Coordinator) Groups(ctx context.Context) ([]inspect.GroupSummary, error
 				return // another node's groups
 			}
 			var got []inspect.GroupSummary
-			errs[i] = s.view(ctx, func(m *group.Machine) { got = m.Summaries(s.clock.Now(), hwm) })
+			errs[i] = s.view(ctx, func(m *group.Machine) {
+				got = m.Summaries(s.clock.Now(), hwm)
+				for j := range got {
+					got[j].CoordinatorMove = s.move
+				}
+			})
 			if errs[i] == nil {
 				parts[i] = got
 			}
@@ -104,7 +121,10 @@ func (c *Coordinator) Group(ctx context.Context, groupID string) (inspect.Group,
 	}
 	var g inspect.Group
 	var ok bool
-	if err := s.view(ctx, func(m *group.Machine) { g, ok = m.Describe(groupID, s.clock.Now()) }); err != nil || !ok {
+	if err := s.view(ctx, func(m *group.Machine) {
+		g, ok = m.Describe(groupID, s.clock.Now())
+		g.CoordinatorMove = s.move
+	}); err != nil || !ok {
 		return inspect.Group{}, false, err
 	}
 	// Off the shard's loop: the broker is asked once per partition.

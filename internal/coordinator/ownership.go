@@ -1,6 +1,12 @@
 package coordinator
 
-import "github.com/twmb/franz-go/pkg/kerr"
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/groupd/groupd/internal/inspect"
+)
 
 // Shard ownership, for a coordinator whose shards are served by whichever
 // node leads them (Config.Owned): in a cluster, a shard is a partition of
@@ -102,6 +108,22 @@ func (s *shard) awaitOwner() bool {
 	}
 }
 
+// moved notes the load that made this node the shard's coordinator, for
+// the inspect views and the observer.
+func (s *shard) moved(took time.Duration) {
+	mv := &inspect.CoordinatorMove{From: -1, To: s.cfg.NodeID, At: s.clock.Now(), LoadMs: took.Milliseconds()}
+	if lw, ok := s.store.(lastWriter); ok {
+		if n, ok := lw.LastWriter(s.id); ok {
+			mv.From = n
+		}
+	}
+	s.move = mv
+	s.log.Info("coordinating the shard's groups", "from_node", mv.From, "to_node", mv.To, "load", took)
+	if o, ok := s.cfg.Observer.(LoadObserver); ok {
+		o.ShardLoaded(s.id, *mv)
+	}
+}
+
 // resign unloads the shard after it lost its ownership: it waits for the
 // write in flight, answers everything not yet released NOT_COORDINATOR,
 // drops the machine and its timers. The loop then waits for the next Own.
@@ -118,7 +140,7 @@ func (s *shard) resign() {
 		s.unloadMachine()
 	}
 	s.failWaiting(kerr.NotCoordinator.Code)
-	s.m, s.broken = nil, false
+	s.m, s.broken, s.move = nil, false, nil
 	s.stopTimers()
 	if s.retention != nil {
 		s.retention()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/groupd/groupd/internal/group"
+	"github.com/groupd/groupd/internal/inspect"
 	"github.com/groupd/groupd/internal/store"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -173,8 +174,10 @@ type shard struct {
 
 	// Loop-owned.
 	m *group.Machine
-	// loadedGen is the ownership generation the shard loaded for.
+	// loadedGen is the ownership generation the shard loaded for, and
+	// move the load that made this node its coordinator (Config.Owned).
 	loadedGen uint64
+	move      *inspect.CoordinatorMove
 	// broken is set when a step panicked (contain): the machine is gone
 	// and nothing is stepped until the loop has rebuilt it.
 	broken  bool
@@ -851,7 +854,11 @@ func (s *shard) load(reload bool) (err error) {
 		f(s.id, m, reload)
 	}
 	s.applyTimers(out.Timers)
-	s.log.Info("shard loaded", "records", len(recs), "groups", len(m.Groups()), "took", time.Since(start))
+	took := time.Since(start)
+	if s.cfg.Owned {
+		s.moved(took)
+	}
+	s.log.Info("shard loaded", "records", len(recs), "groups", len(m.Groups()), "took", took)
 	return nil
 }
 

@@ -24,6 +24,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/groupd/groupd/internal/batch"
@@ -69,12 +71,24 @@ type Config struct {
 	// for its header, Kafka's default max.message.bytes); an Apply that
 	// is larger is appended as several batches in one append.
 	MaxBatchBytes int
-	Logger        *slog.Logger
+	// NodeID is this node: each batch's first record carries it in a
+	// header (NodeHeader), so that the node that loads the partition
+	// next knows which node wrote it last (LastWriter).
+	NodeID int32
+	Logger *slog.Logger
 }
+
+// NodeHeader is the record header that names the node that wrote a
+// batch, in decimal. Kafka's readers of the topic ignore headers.
+const NodeHeader = "groupd.node"
 
 // Store is a store.Store over the partitions of __consumer_offsets.
 type Store struct {
-	cfg Config
+	cfg        Config
+	nodeHeader []batch.RecordHeader
+
+	mu      sync.Mutex
+	writers map[int]int32 // the last writer of each shard, as of its Load
 }
 
 var _ store.Store = (*Store)(nil)
@@ -97,7 +111,8 @@ func New(cfg Config) *Store {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Store{cfg: cfg}
+	return &Store{cfg: cfg, writers: map[int]int32{},
+		nodeHeader: []batch.RecordHeader{{Key: NodeHeader, Value: strconv.AppendInt(nil, int64(cfg.NodeID), 10)}}}
 }
 
 // Shards is the partition count: the coordinator's shard count must be
@@ -172,7 +187,11 @@ func (s *Store) encode(recs []group.Record, ts int64) ([][]byte, error) {
 				return nil, err
 			}
 		}
-		cur = append(cur, batch.Record{OffsetDelta: int32(len(cur)), Timestamp: ts, Key: k, Value: v})
+		br := batch.Record{OffsetDelta: int32(len(cur)), Timestamp: ts, Key: k, Value: v}
+		if len(cur) == 0 {
+			br.Headers = s.nodeHeader
+		}
+		cur = append(cur, br)
 		size += n
 	}
 	if err := flush(); err != nil {
@@ -195,6 +214,7 @@ func (s *Store) Load(shard int, fn func(group.Record) error) error {
 		return fmt.Errorf("%w: partition %d: %w", ErrNoLeader, shard, err)
 	}
 	skipped := 0
+	writer := int32(-1)
 	for off, end := p.LogStart(), p.LogEnd(); off < end; {
 		data, err := p.Read(off, readChunk)
 		if err != nil {
@@ -218,6 +238,9 @@ func (s *Store) Load(shard int, fn func(group.Record) error) error {
 				return &store.UndecodableError{Shard: shard, Err: fmt.Errorf("batch at offset %d: %w", h.BaseOffset, err)}
 			}
 			for _, r := range rs {
+				if n, ok := nodeOf(r.Headers); ok {
+					writer = n
+				}
 				rec, err := offsetstopic.Decode(r.Key, r.Value)
 				var unknown *offsetstopic.UnknownKeyError
 				switch {
@@ -233,6 +256,13 @@ func (s *Store) Load(shard int, fn func(group.Record) error) error {
 			}
 		}
 	}
+	s.mu.Lock()
+	if writer >= 0 {
+		s.writers[shard] = writer
+	} else {
+		delete(s.writers, shard)
+	}
+	s.mu.Unlock()
 	if skipped > 0 {
 		s.cfg.Logger.Warn("skipped records of a type groupd does not know; they stay in the log", "partition", shard, "records", skipped)
 	}
@@ -254,6 +284,26 @@ func awaitLeading(p Partition) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// nodeOf is the node a record's NodeHeader names.
+func nodeOf(hs []batch.RecordHeader) (int32, bool) {
+	for _, h := range hs {
+		if h.Key == NodeHeader {
+			n, err := strconv.ParseInt(string(h.Value), 10, 32)
+			return int32(n), err == nil
+		}
+	}
+	return 0, false
+}
+
+// LastWriter is the node that wrote the last batch of the shard that
+// carried its id, as of the shard's last Load.
+func (s *Store) LastWriter(shard int) (int32, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.writers[shard]
+	return n, ok
 }
 
 // Close does nothing: the partitions are the cluster's.

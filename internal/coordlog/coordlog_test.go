@@ -106,8 +106,10 @@ func (p *memPartition) records(t *testing.T) []batch.Record {
 
 const partitions = 4
 
-func newStore(parts []*memPartition) *Store {
-	return New(Config{Partitions: partitions, Logger: slog.New(slog.DiscardHandler),
+func newStore(parts []*memPartition) *Store { return newNodeStore(parts, 1) }
+
+func newNodeStore(parts []*memPartition, node int32) *Store {
+	return New(Config{Partitions: partitions, NodeID: node, Logger: slog.New(slog.DiscardHandler),
 		Partition: func(p int32) (Partition, error) { return parts[p], nil }})
 }
 
@@ -128,7 +130,7 @@ type node struct {
 
 func newNode(t *testing.T, st *Store) *node {
 	clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	c := coordinator.New(coordinator.Config{Store: st, Shards: partitions, ShardOf: ShardOf, Owned: true, Clock: clk,
+	c := coordinator.New(coordinator.Config{Store: st, Shards: partitions, ShardOf: ShardOf, Owned: true, Clock: clk, NodeID: st.cfg.NodeID,
 		Group: group.Config{InitialRebalanceDelay: -1}, Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() { c.Close() })
 	return &node{t: t, clock: clk, c: c}
@@ -215,10 +217,9 @@ func heartbeat(n *node, groupID, member string, gen int32) int16 {
 // generation and its commit is there.
 func TestFailoverThroughThePartition(t *testing.T) {
 	parts := newParts()
-	st := newStore(parts)
 	const g = "payments"
 	shard := ShardOf(g, partitions)
-	a, b := newNode(t, st), newNode(t, st)
+	a, b := newNode(t, newNodeStore(parts, 1)), newNode(t, newNodeStore(parts, 2))
 
 	parts[shard].setLeading(true)
 	a.c.Own(shard)
@@ -244,6 +245,14 @@ func TestFailoverThroughThePartition(t *testing.T) {
 	d.Groups = []string{g}
 	if dg := b.do(d).(*kmsg.DescribeGroupsResponse).Groups[0]; dg.State != "Stable" || len(dg.Members) != 1 {
 		t.Fatalf("at the new coordinator: %s with %d members", dg.State, len(dg.Members))
+	}
+	// b names where the group came from.
+	sg, ok, err := b.c.Group(t.Context(), g)
+	if err != nil || !ok || sg.CoordinatorMove == nil {
+		t.Fatalf("group at the new coordinator: %v %v %+v", ok, err, sg.CoordinatorMove)
+	}
+	if mv := sg.CoordinatorMove; mv.From != 1 || mv.To != 2 {
+		t.Fatalf("coordinator move %+v, want from node 1 to node 2", *mv)
 	}
 	for i, p := range parts {
 		if i != shard && p.LogEnd() != 0 {

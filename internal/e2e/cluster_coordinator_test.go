@@ -154,6 +154,10 @@ func TestClusterCoordinatorMovesWithoutARebalance(t *testing.T) {
 	if err := consumer.CommitUncommittedOffsets(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The new coordinator says where the group came from.
+	if mv := c.inspectGroup(t, ctx, moved, group).CoordinatorMove; mv == nil || mv.From != coord || mv.To != moved {
+		t.Fatalf("coordinator move %+v, want from node %d to node %d", mv, coord, moved)
+	}
 
 	// __consumer_offsets, read as a client reads any topic, holds the
 	// group's commits in Kafka's schemas.
@@ -202,6 +206,12 @@ func mustClient(t *testing.T, opts ...kgo.Opt) *kgo.Client {
 // generation is the group's state and generation as the node that
 // coordinates it shows them (the status page's view).
 func (c *localCluster) generation(t *testing.T, ctx context.Context, node int32, group string) (string, int32) {
+	g := c.inspectGroup(t, ctx, node, group)
+	return g.State, g.Generation
+}
+
+// inspectGroup is the group as the node that coordinates it shows it.
+func (c *localCluster) inspectGroup(t *testing.T, ctx context.Context, node int32, group string) inspect.Group {
 	t.Helper()
 	var g inspect.Group
 	waitUntil(t, ctx, func() error {
@@ -213,5 +223,5 @@ func (c *localCluster) generation(t *testing.T, ctx context.Context, node int32,
 		}
 		return err
 	})
-	return g.State, g.Generation
+	return g
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/groupd/groupd/internal/group/consumer"
 	"github.com/groupd/groupd/internal/group/core"
+	"github.com/groupd/groupd/internal/inspect"
 )
 
 // Config holds the broker-level settings of the classic protocol. Zero fields
@@ -54,6 +55,10 @@ type Config struct {
 	// Consumer configures the consumer (KIP-848) groups. Its
 	// CommittedOffset and Downgrade are the machine's own.
 	Consumer consumer.Config
+	// LoadTrigger names the trigger of a rebalance that a load of the
+	// group's records started or resumed: coordinator-loaded (the
+	// default) on a single node, coordinator-moved in a cluster.
+	LoadTrigger string
 }
 
 // MigrationPolicy is Kafka's group.consumer.migration.policy. Empty groups
@@ -140,6 +145,9 @@ func DefaultConfig() Config {
 
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
+	if c.LoadTrigger == "" {
+		c.LoadTrigger = inspect.TriggerCoordinatorLoaded
+	}
 	if c.InitialRebalanceDelay == 0 {
 		c.InitialRebalanceDelay = d.InitialRebalanceDelay
 	} else if c.InitialRebalanceDelay < 0 {

@@ -508,6 +508,6 @@ func (m *Machine) resumeGroupRebalance(g *group) {
 	}
 	g.uncovered = false
 	if g.state == Stable {
-		m.prepareRebalance(g, reason{trigger: inspect.TriggerCoordinatorLoaded})
+		m.prepareRebalance(g, reason{trigger: m.cfg.LoadTrigger})
 	}
 }

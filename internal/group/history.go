@@ -709,7 +709,7 @@ func (m *Machine) newMemberTrigger(g *group, mem *member) string {
 func (m *Machine) rejoinReason(g *group, mem *member, base string, prior priorJoin) reason {
 	switch {
 	case prior.loaded:
-		base = inspect.TriggerCoordinatorLoaded
+		base = m.cfg.LoadTrigger
 	case g.protocolType == consumerProtocolType && revocationPending(prior.metadata, mem.received) &&
 		g.rebalanceProtocol() == inspect.ProtocolCooperative:
 		base = inspect.TriggerCooperativeFollowUp

@@ -642,6 +642,7 @@ func New(cfg Config) *Machine {
 		groups: map[string]*group{},
 	}
 	ccfg := m.cfg.Consumer
+	ccfg.LoadTrigger = m.cfg.LoadTrigger
 	ccfg.CommittedOffset = m.committedOffset
 	ccfg.Downgrade = consumer.DowngradePolicy{Allowed: m.cfg.MigrationPolicy.DowngradeEnabled(), MaxSize: m.cfg.MaxGroupSize}
 	m.cons = consumer.New(ccfg)

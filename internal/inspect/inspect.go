@@ -42,8 +42,11 @@ const (
 	TriggerTopicMetadataChanged = "topic-metadata-changed"
 	TriggerAdminRemoved         = "admin-removed"
 	TriggerCoordinatorLoaded    = "coordinator-loaded"
-	TriggerPendingSyncTimeout   = "pending-sync-timeout"
-	TriggerGroupOversized       = "group-oversized"
+	// TriggerCoordinatorMoved is coordinator-loaded in a cluster, where
+	// a shard is loaded because its coordinator moved to this node.
+	TriggerCoordinatorMoved   = "coordinator-moved"
+	TriggerPendingSyncTimeout = "pending-sync-timeout"
+	TriggerGroupOversized     = "group-oversized"
 	// TriggerCooperativeFollowUp is a cooperative member rejoining after
 	// it revoked the partitions the previous rebalance took from it, so
 	// that they can be handed to their new owners.
@@ -73,10 +76,28 @@ type GroupSummary struct {
 	Lag int64 `json:"lag"`
 	// Rebalances counts the rebalances kept in the group's history.
 	Rebalances int `json:"rebalances"`
+	// CoordinatorMove is how the group came to its coordinator, in a
+	// cluster: the load of its shard on this node. Nil on a single node.
+	CoordinatorMove *CoordinatorMove `json:"coordinator_move,omitempty"`
 	// LastRebalance is the newest rebalance, finished or not, without
 	// its lists (the group's history has them); nil if the group has
 	// none.
 	LastRebalance *RebalanceSummary `json:"last_rebalance,omitempty"`
+}
+
+// CoordinatorMove is the load of a group's shard by the node that
+// coordinates it now, in a cluster: the shard is a partition of
+// __consumer_offsets, loaded when this node became its leader.
+type CoordinatorMove struct {
+	// From is the node that last wrote the shard's records before the
+	// load, -1 if none did (a new partition). It is this node itself
+	// after a restart that kept the leadership.
+	From int32 `json:"from_node"`
+	// To is this node.
+	To int32 `json:"to_node"`
+	// At is when the load finished; LoadMs is how long it took.
+	At     time.Time `json:"at"`
+	LoadMs int64     `json:"load_ms"`
 }
 
 // Group is a group's whole view.

@@ -14,6 +14,7 @@ import (
 	"context"
 	"net/http"
 	"sort"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +71,9 @@ type Metrics struct {
 	storeRecords     prometheus.Counter
 	shardPanics      prometheus.Counter
 	shardsDown       prometheus.Gauge
+	shardLoads       *prometheus.CounterVec
+	shardMoves       *prometheus.CounterVec
+	shardLoadTime    *prometheus.GaugeVec
 
 	connsOpen    prometheus.Gauge
 	connsOpened  prometheus.Counter
@@ -159,6 +163,18 @@ func New(cfg Config) *Metrics {
 		Name: "groupd_coordinator_shards_unavailable",
 		Help: "Coordinator shards whose machine panicked again while being rebuilt: their groups are answered COORDINATOR_NOT_AVAILABLE until groupd restarts.",
 	})
+	m.shardLoads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "groupd_coordinator_shard_loads_total",
+		Help: "Loads of a coordinator shard (a partition of __consumer_offsets) by this node, in a cluster: each time it became the partition's leader.",
+	}, []string{"shard"})
+	m.shardMoves = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "groupd_coordinator_moves_total",
+		Help: "Loads of a coordinator shard whose records another node wrote last: its groups' coordinator moved to this node.",
+	}, []string{"shard"})
+	m.shardLoadTime = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "groupd_coordinator_shard_load_seconds",
+		Help: "How long the last load of a coordinator shard took, from its first read to serving.",
+	}, []string{"shard"})
 	m.connsOpen = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "groupd_connections_open",
 		Help: "Kafka connections open now.",
@@ -175,6 +191,7 @@ func New(cfg Config) *Metrics {
 		m.rebalances, m.storms, m.rebalanceDuration, m.partitionPause, m.commitGap,
 		m.requests, m.requestErrors, m.requestLatency,
 		m.storeWrites, m.storeWriteErrors, m.storeRecords, m.shardPanics, m.shardsDown,
+		m.shardLoads, m.shardMoves, m.shardLoadTime,
 		m.connsOpen, m.connsOpened, m.connsRefused,
 		newGroupCollector(m),
 		collectors.NewGoCollector(),
@@ -317,6 +334,20 @@ func (m *Metrics) ShardPanic(_ int, down bool) {
 	if down {
 		m.shardsDown.Inc()
 	}
+}
+
+// ShardLoaded records the load of a coordinator shard in a cluster
+// (coordinator.LoadObserver).
+func (m *Metrics) ShardLoaded(shard int, mv inspect.CoordinatorMove) {
+	if m == nil {
+		return
+	}
+	label := strconv.Itoa(shard)
+	m.shardLoads.WithLabelValues(label).Inc()
+	if mv.From >= 0 && mv.From != mv.To {
+		m.shardMoves.WithLabelValues(label).Inc()
+	}
+	m.shardLoadTime.WithLabelValues(label).Set(msToSeconds(mv.LoadMs))
 }
 
 func msToSeconds(ms int64) float64 {

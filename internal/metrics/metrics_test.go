@@ -391,3 +391,33 @@ func BenchmarkRequestHandledParallel(b *testing.B) {
 		}
 	})
 }
+
+var _ interface {
+	ShardLoaded(shard int, mv inspect.CoordinatorMove)
+} = (*Metrics)(nil)
+
+// TestShardLoadsAndMoves: every load of a shard counts, only a load of
+// records another node wrote is a move, and the last load time is kept.
+func TestShardLoadsAndMoves(t *testing.T) {
+	m := New(Config{})
+	m.ShardLoaded(7, inspect.CoordinatorMove{From: 2, To: 1, LoadMs: 250})
+	m.ShardLoaded(7, inspect.CoordinatorMove{From: 1, To: 1, LoadMs: 40}) // this node, restarted
+	m.ShardLoaded(9, inspect.CoordinatorMove{From: -1, To: 1, LoadMs: 3}) // a new partition
+	fams := scrape(t, m)
+	for _, c := range []struct {
+		name, shard string
+		want        float64
+	}{
+		{"groupd_coordinator_shard_loads_total", "7", 2},
+		{"groupd_coordinator_moves_total", "7", 1},
+		{"groupd_coordinator_shard_load_seconds", "7", 0.04},
+		{"groupd_coordinator_shard_loads_total", "9", 1},
+	} {
+		if got := value(fams, c.name, "shard="+c.shard); got != c.want {
+			t.Errorf("%s{shard=%s} = %v, want %v", c.name, c.shard, got, c.want)
+		}
+	}
+	if find(fams, "groupd_coordinator_moves_total", "shard=9") != nil {
+		t.Error("the load of a new partition counted as a move")
+	}
+}

@@ -406,6 +406,13 @@ function renderList() {
   fillList();
 }
 
+// moveText is how a group came to its coordinator in a cluster: the node
+// that serves it, the node that wrote its records before, and the load.
+function moveText(mv) {
+  const from = mv.from_node >= 0 && mv.from_node !== mv.to_node ? ` ← node ${mv.from_node}` : "";
+  return `node ${mv.to_node}${from} · loaded in ${fmtMs(mv.load_ms)} ${fmtAgo(mv.at)}`;
+}
+
 function tile(k, v, alert, small) {
   return h("div", { class: `tile${alert ? " alert" : ""}` }, h("div", { class: "k", text: k }), h("div", { class: `v${small ? " small" : ""}`, text: v }));
 }
@@ -531,6 +538,7 @@ function renderGroup(id) {
     tile("Rebalances kept", fmtNum(rs.length)),
     tile("Storm rebalances", fmtNum(storms), storms > 0),
     tile("Last trigger", last ? last.trigger : "–", last && last.storm, true),
+    g.coordinator_move ? tile("Coordinator", moveText(g.coordinator_move), false, true) : null,
   );
   drawTimeline(rs);
   drawDetail(rs.find((r) => r.started_at === state.selected), byId);

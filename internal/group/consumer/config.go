@@ -61,6 +61,9 @@ type Config struct {
 	// group sets it from its migration policy and group.max.size; the
 	// zero value never downgrades.
 	Downgrade DowngradePolicy
+	// LoadTrigger names the trigger of a rebalance that was in progress
+	// when the group's records were loaded (default coordinator-loaded).
+	LoadTrigger string
 }
 
 // DefaultConfig returns Kafka 4.3's defaults.
@@ -79,6 +82,9 @@ func DefaultConfig() Config {
 
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
+	if c.LoadTrigger == "" {
+		c.LoadTrigger = triggerCoordinatorLoaded
+	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = d.SessionTimeout
 	}

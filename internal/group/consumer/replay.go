@@ -40,7 +40,7 @@ func (m *Machine) Replay(now time.Time, recs []Record) (Output, error) {
 			// The rebalance that was in progress goes on being
 			// recorded from here: what happened before the load is
 			// not known.
-			m.setCause(cause{trigger: triggerCoordinatorLoaded})
+			m.setCause(cause{trigger: m.cfg.LoadTrigger})
 			m.openRebalance(g, g.epoch)
 		}
 		for _, mem := range g.sortedMembers() {
