@@ -261,8 +261,8 @@ func sampleSource(now time.Time) *fakeSource {
 	f.add(inspect.Group{
 		GroupSummary: inspect.GroupSummary{Group: dotsGroup, Type: inspect.TypeConsumer, State: "Stable", ProtocolType: "consumer", Protocol: "uniform", Generation: 2,
 			CoordinatorMove: &inspect.CoordinatorMove{From: 3, To: 1, At: now.Add(-2 * time.Minute), LoadMs: 420}},
-		Members:      []inspect.Member{d1, d2},
-		Offsets:      offsets("dots", 10, []int64{1}, map[int32]string{0: d1.MemberID}),
+		Members: []inspect.Member{d1, d2},
+		Offsets: offsets("dots", 10, []int64{1}, map[int32]string{0: d1.MemberID}),
 	}, rebalance(now, 9*time.Minute, 30*time.Millisecond, inspect.ProtocolConsumer, inspect.TriggerMemberJoined, ref(d1), 1))
 
 	f.add(inspect.Group{
