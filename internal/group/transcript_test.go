@@ -462,6 +462,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		if has("history") {
 			h.cfg.HistorySize = int(num("history", 0))
 		}
+		if has("moved") {
+			// A load in a cluster: the coordinator moved here.
+			h.cfg.LoadTrigger = inspect.TriggerCoordinatorMoved
+		}
 		h.m = New(h.cfg)
 		h.timers = map[TimerKey]time.Time{}
 		// The broker's topics first, as the coordinator gives them.
