@@ -63,7 +63,11 @@ func (h *Handler) deleteTopics(ctx context.Context, r *server.Request) (kmsg.Res
 		}
 		resp.Topics = append(resp.Topics, st)
 	}
-	h.cleanupOffsets(ctx, deleted)
+	if h.cl == nil {
+		// In a cluster every node removes the offsets of the groups it
+		// coordinates when its view loses the topic (the app's).
+		h.cleanupOffsets(ctx, deleted)
+	}
 	return resp, nil
 }
 

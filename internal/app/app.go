@@ -322,9 +322,16 @@ func Start(cfg Config) (*App, error) {
 			case <-topicsChanged:
 				coord.TopicsChanged()
 			case <-viewChanged:
-				side.counts.observe(side.node.View())
+				v := side.node.View()
+				side.counts.observe(v)
 				side.applyTopicConfigs(b)
 				coord.TopicsChanged()
+				if gone := side.deletedTopics(v); len(gone) > 0 {
+					// As Kafka's coordinators do when a topic is
+					// deleted: each node, for the groups it
+					// coordinates.
+					a.cleanups.Go(func() { removeDeletedOffsets(coord, gone, cfg.Logger) })
+				}
 			case <-nodeFailed:
 				a.done <- fmt.Errorf("cluster: %w", side.node.Err())
 				nodeFailed = nil
@@ -363,6 +370,18 @@ func finishOffsetCleanups(b *broker.Broker, coord *coordinator.Coordinator, log 
 		return
 	}
 	log.Info("removed the committed offsets of topics deleted before the last stop", "topics", pending)
+}
+
+// removeDeletedOffsets removes the committed offsets of topics deleted
+// from the cluster from the groups this node coordinates.
+func removeDeletedOffsets(coord *coordinator.Coordinator, topics []string, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := coord.DeleteTopicOffsets(ctx, topics); err != nil {
+		log.Warn("removing the committed offsets of deleted topics", "topics", topics, "err", err)
+		return
+	}
+	log.Info("removed the committed offsets of deleted topics from the groups this node coordinates", "topics", topics)
 }
 
 // highWatermark looks up a partition's high watermark in the broker.

@@ -92,6 +92,26 @@ type clusterSide struct {
 	// configsAt is, per topic, the revision of its key whose configs the
 	// replicas here were given; only the app's view loop touches it.
 	configsAt map[meta.ID]int64
+	// topicNames are the topics of the last view the app's view loop
+	// saw, so that it sees which were deleted.
+	topicNames map[string]bool
+}
+
+// deletedTopics returns the topics of the last view that v no longer
+// has. The first call sees none deleted.
+func (cs *clusterSide) deletedTopics(v *view.View) []string {
+	var gone []string
+	for name := range cs.topicNames {
+		if _, ok := v.Topic(name); !ok {
+			gone = append(gone, name)
+		}
+	}
+	cs.topicNames = make(map[string]bool, len(v.Topics))
+	for name := range v.Topics {
+		cs.topicNames[name] = true
+	}
+	slices.Sort(gone)
+	return gone
 }
 
 // startCluster connects to etcd, registers the node at host:port, drops
@@ -131,6 +151,7 @@ func startCluster(ctx context.Context, cfg ClusterConfig, nodeID int32, host str
 		return nil, fmt.Errorf("joining the cluster at %v under %s: %w", cfg.EtcdEndpoints, cfg.prefix(), err)
 	}
 	cs.counts.observe(cs.node.View())
+	cs.deletedTopics(cs.node.View()) // the topics deletions are seen against
 	cs.dropDeletedReplicas(b)
 	cs.transport = cluster.NewKafkaTransport(cs.node)
 	cs.reps = cluster.NewReplicas(cluster.ReplicasConfig{

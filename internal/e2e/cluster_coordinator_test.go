@@ -225,3 +225,67 @@ func (c *localCluster) inspectGroup(t *testing.T, ctx context.Context, node int3
 	})
 	return g
 }
+
+// TestClusterDeletedTopicLeavesNoOffsets deletes a topic through a node
+// that does not coordinate the group that committed to it: the node that
+// does removes the group's offsets of it, as Kafka's coordinators do.
+func TestClusterDeletedTopicLeavesNoOffsets(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and three nodes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := startLocalCluster(t, ctx, []func(*app.Config){func(cfg *app.Config) { cfg.OffsetsTopicPartitions = 3 }})
+	for _, topic := range []string{"kept", "gone"} {
+		if res, err := c.adm.CreateTopic(ctx, 1, 3, nil, topic); err != nil || res.Err != nil {
+			t.Fatalf("create %s: %v %v", topic, err, res.Err)
+		}
+	}
+	const group = "deleter"
+	var coord int32
+	waitUntil(t, ctx, func() (err error) {
+		coord, err = groupCoordinator(t, ctx, c.cl, group)
+		return err
+	})
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: "kept", Partition: 0, At: 5, LeaderEpoch: -1})
+	offs.Add(kadm.Offset{Topic: "gone", Partition: 0, At: 7, LeaderEpoch: -1})
+	waitUntil(t, ctx, func() error {
+		r, err := c.adm.CommitOffsets(ctx, group, offs)
+		if err == nil {
+			err = r.Error()
+		}
+		return err
+	})
+	got, err := c.adm.FetchOffsets(ctx, group)
+	if o, ok := got.Lookup("gone", 0); err != nil || !ok || o.At != 7 {
+		t.Fatalf("before the delete: %+v %v %v", o, ok, err)
+	}
+	other := c.addrs[coord%3] // another node's address
+	adm := kadm.NewClient(mustClient(t, kgo.SeedBrokers(other)))
+	if res, err := adm.DeleteTopics(ctx, "gone"); err != nil || res.Error() != nil {
+		t.Fatalf("delete: %v %v", err, res.Error())
+	}
+	// A topic created again under the name does not inherit the old
+	// one's commits.
+	waitUntil(t, ctx, func() error {
+		res, err := c.adm.CreateTopic(ctx, 1, 3, nil, "gone")
+		if err == nil {
+			err = res.Err
+		}
+		return err
+	})
+	waitUntil(t, ctx, func() error {
+		got, err := c.adm.FetchOffsets(ctx, group)
+		if err != nil {
+			return err
+		}
+		if o, ok := got.Lookup("gone", 0); ok {
+			return fmt.Errorf("the deleted topic's offset %d is committed for its namesake", o.At)
+		}
+		if o, ok := got.Lookup("kept", 0); !ok || o.At != 5 {
+			t.Fatalf("the kept topic's offset: %+v %v", o, ok)
+		}
+		return nil
+	})
+}
