@@ -139,6 +139,10 @@ type Replicas struct {
 	mu       sync.Mutex
 	slots    map[view.TP]*slot
 	fetchers map[int32]*fetcher
+	// dropping holds the replicas whose logs are being deleted in the
+	// background (dropGone): one placed here again is opened only once
+	// its old log is gone.
+	dropping map[view.TP]bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -157,7 +161,8 @@ func NewReplicas(cfg ReplicasConfig) *Replicas {
 	if cfg.FetchWait <= 0 {
 		cfg.FetchWait = 500 * time.Millisecond
 	}
-	r := &Replicas{cfg: cfg, node: cfg.Node, log: cfg.Logger, slots: map[view.TP]*slot{}, fetchers: map[int32]*fetcher{}}
+	r := &Replicas{cfg: cfg, node: cfg.Node, log: cfg.Logger, slots: map[view.TP]*slot{}, fetchers: map[int32]*fetcher{},
+		dropping: map[view.TP]bool{}}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.wg.Go(r.follow)
 	return r
@@ -225,7 +230,7 @@ func (r *Replicas) apply(v *view.View, deadline time.Time, registered int64) {
 			}
 			s := r.slot(tp)
 			if s == nil {
-				if !slices.Contains(replicas, me) {
+				if !slices.Contains(replicas, me) || r.isDropping(tp) {
 					continue
 				}
 				var err error
@@ -263,16 +268,41 @@ func (r *Replicas) dropGone(v *view.View) {
 			delete(r.slots, tp)
 		}
 	}
+	for _, s := range gone {
+		r.dropping[s.tp] = true
+	}
 	r.mu.Unlock()
 	// Outside r.mu: a slot's step takes r.mu under its own lock.
 	for _, s := range gone {
 		s.stop()
-		if err := r.cfg.Logs.Drop(s.tp.Topic, s.tp.Partition); err != nil {
-			r.log.Warn("deleting the log of a replica this node no longer holds", "tp", s.tp, "err", err)
-			continue
-		}
-		r.log.Info("deleted the log of a replica this node no longer holds", "tp", s.tp)
 	}
+	if len(gone) == 0 {
+		return
+	}
+	// The logs are deleted off the loop that applies views and renews
+	// the replicas' leases: deleting a thousand partitions' logs takes
+	// seconds, and the leaderships this node keeps must not lapse
+	// meanwhile.
+	r.wg.Go(func() {
+		for _, s := range gone {
+			err := r.cfg.Logs.Drop(s.tp.Topic, s.tp.Partition)
+			r.mu.Lock()
+			delete(r.dropping, s.tp)
+			r.mu.Unlock()
+			if err != nil {
+				r.log.Warn("deleting the log of a replica this node no longer holds", "tp", s.tp, "err", err)
+				continue
+			}
+			r.log.Info("deleted the log of a replica this node no longer holds", "tp", s.tp)
+		}
+	})
+}
+
+// isDropping reports whether the log of tp is still being deleted.
+func (r *Replicas) isDropping(tp view.TP) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.dropping[tp]
 }
 
 func (r *Replicas) slot(tp view.TP) *slot {

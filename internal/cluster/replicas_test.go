@@ -185,6 +185,8 @@ func (l *memLog) epochOf(offset int64) int64 {
 type memLogs struct {
 	mu   sync.Mutex
 	logs map[view.TP]*memLog
+	// dropGate, if set, holds every Drop until it is closed.
+	dropGate chan struct{}
 }
 
 func (m *memLogs) Replica(t meta.Topic, p int32) (ReplicaLog, error) {
@@ -192,6 +194,9 @@ func (m *memLogs) Replica(t meta.Topic, p int32) (ReplicaLog, error) {
 }
 
 func (m *memLogs) Drop(topic meta.ID, p int32) error {
+	if m.dropGate != nil {
+		<-m.dropGate
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.logs, view.TP{Topic: topic, Partition: p})
@@ -481,6 +486,67 @@ func TestReplicasOfADeletedTopicAreDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	held(false)
+}
+
+// Deleting the logs of dropped replicas takes its time (seconds for a
+// thousand partitions); the leaderships the node keeps must not lapse
+// meanwhile, as they did when the deletions held up the loop that renews
+// the replicas' leases.
+func TestDroppingLogsDoesNotLapseLeaderships(t *testing.T) {
+	c := newTestCluster(t)
+	net := &memNet{c: c, reps: map[int32]*Replicas{}, logs: map[int32]*memLogs{}, cut: map[int32]bool{}}
+	gate := make(chan struct{})
+	net.logs[1] = &memLogs{logs: map[view.TP]*memLog{}, dropGate: gate}
+	for id := int32(1); id <= 3; id++ {
+		net.start(id)
+	}
+	c.awaitThree()
+	kept, doomed := view.TP{Topic: meta.ID{7}}, view.TP{Topic: meta.ID{8}}
+	c.createTopic("kept", kept.Topic, [][]int32{{1, 2, 3}})
+	c.createTopic("doomed", doomed.Topic, [][]int32{{1, 2, 3}})
+	leads := func() error {
+		s, ok := net.reps[1].Replica(kept)
+		if !ok {
+			return errors.New("no replica")
+		}
+		return s.CheckAppend(true)
+	}
+	deadline := time.Now().Add(hangGuard)
+	for leads() != nil || !net.logs[1].has(doomed) {
+		if time.Now().After(deadline) {
+			t.Fatalf("node 1 does not lead the kept topic: %v (hang guard)", leads())
+		}
+		c.advance(100 * time.Millisecond)
+	}
+	if err := c.nodes[2].DeleteTopic(context.Background(), "doomed"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, ok := net.reps[1].Replica(doomed); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the doomed replica was not dropped (hang guard)")
+		}
+		c.advance(100 * time.Millisecond)
+	}
+	// Its log's deletion is held; three session timeouts pass.
+	for range 3 * 90 {
+		c.advance(100 * time.Millisecond)
+	}
+	if err := leads(); err != nil {
+		t.Fatalf("node 1's leadership lapsed while a log was being deleted: %v", err)
+	}
+	if !net.logs[1].has(doomed) {
+		t.Fatal("the held deletion happened")
+	}
+	close(gate)
+	for net.logs[1].has(doomed) {
+		if time.Now().After(deadline) {
+			t.Fatal("the log was never deleted (hang guard)")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // MaxLag is, on the leader, how far its slowest follower is behind: 0
