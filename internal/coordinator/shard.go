@@ -685,13 +685,7 @@ func (s *shard) reload(hold []held) bool {
 	s.m, s.broken = nil, false
 	s.stopTimers()
 	err := s.load(true)
-	for _, h := range hold {
-		if h.call != nil {
-			h.call.deliver(ErrorResponse(h.call.req, kerr.CoordinatorNotAvailable.Code))
-		} else {
-			close(h.done)
-		}
-	}
+	answerHeld(hold, kerr.CoordinatorNotAvailable.Code)
 	s.failWaiting(kerr.CoordinatorNotAvailable.Code)
 	if err == nil {
 		return true
@@ -976,15 +970,6 @@ func (s *shard) shutdown() {
 	}
 	s.mu.Lock()
 	s.closed = true
-	rest := s.queue
-	s.queue = nil
 	s.mu.Unlock()
-	for _, ev := range rest {
-		switch ev.kind {
-		case evRequest:
-			ev.call.deliver(ErrorResponse(ev.call.req, kerr.NotCoordinator.Code))
-		case evFunc:
-			close(ev.done)
-		}
-	}
+	s.answerQueued()
 }
